@@ -1,0 +1,47 @@
+"""neuron-compile: a torch.compile backend for AWS Trainium.
+
+``torch.compile(model, backend="neuron")`` works after ``pip install`` without importing this
+package (entry point). Importing it gives the public API below.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+__version__ = "0.1.0"
+
+# XLA's C++ INFO lines ("PjRt-IFRT device count ...") are read once when jaxlib loads; keep them
+# out of users' terminals unless they asked for them.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from .backend import neuron_backend  # noqa: E402
+from .config import NeuronConfig, load_config  # noqa: E402
+from .errors import NeuronCompileError  # noqa: E402
+from .metrics import GraphRecord, metrics, reset_metrics  # noqa: E402
+
+
+def _configure_logging() -> None:
+    level = os.environ.get("NEURON_COMPILE_LOG", "").strip().upper()
+    if not level:
+        return
+    logger = logging.getLogger("neuron_compile")
+    logger.setLevel(level)
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("[%(name)s] %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+
+
+_configure_logging()
+
+__all__ = [
+    "GraphRecord",
+    "NeuronCompileError",
+    "NeuronConfig",
+    "__version__",
+    "load_config",
+    "metrics",
+    "neuron_backend",
+    "reset_metrics",
+]

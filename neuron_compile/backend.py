@@ -1,0 +1,130 @@
+"""The Dynamo entry point: ``torch.compile(model, backend="neuron")``.
+
+Dynamo graph -> AOTAutograd (core ATen decompositions, SDPA forced to its math path, separate
+forward / backward / inference compilers, boxed calling convention) -> ``compile_graph`` per graph.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from . import registration
+from .capture import decomposition_table
+from .compiler import compile_graph
+from .config import NeuronConfig, load_config
+from .errors import DynamicShapeError
+from .shapes import ShapeSpecializer, requested_dynamic, symbolic_inputs
+
+log = logging.getLogger("neuron_compile")
+
+_aot_ids = itertools.count()
+_warned: set[str] = set()
+_warn_lock = threading.Lock()
+
+
+def _warn_once(key: str, message: str) -> None:
+    with _warn_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, UserWarning, stacklevel=3)
+
+
+def _model_name(gm: fx.GraphModule) -> str:
+    """Class name of the traced module (``MyNet.forward`` -> ``MyNet``), else the function name."""
+    from torch._guards import TracingContext
+
+    ctx = TracingContext.try_get()
+    codes = getattr(ctx, "traced_code", None) or []
+    # Codes are recorded as their tracing finishes, so the root module's forward, which finishes
+    # last, is the last `Class.forward`.
+    forwards = [c for c in codes if c.co_name == "forward" and "." in getattr(c, "co_qualname", "")]
+    codes = forwards[-1:] or codes[:1]
+    if codes:
+        qualname = getattr(codes[0], "co_qualname", codes[0].co_name)
+        parts = [p for p in qualname.split(".") if p != "<locals>"]
+        name = parts[-2] if len(parts) >= 2 and parts[-1] == "forward" else parts[-1]
+        return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "graph"
+    return "graph"
+
+
+def compile_frame(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], cfg: NeuronConfig, *, recompile: bool = False
+) -> Any:
+    """Run AOTAutograd on one static Dynamo graph with our compilers for each resulting graph."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    aot_id = next(_aot_ids)
+    model = cfg.model_name or _model_name(gm)
+    counters = dict.fromkeys(("forward", "backward", "inference"), 0)
+    start = time.perf_counter()
+
+    def compiler_for(kind: str):
+        def compile_one(fx_gm: fx.GraphModule, inputs: Sequence[Any]) -> Any:
+            n = counters[kind]
+            counters[kind] += 1
+            # The backward graph is traced together with the forward (joint graph): its capture
+            # time is already in the forward's record.
+            capture = 0.0 if kind == "backward" else time.perf_counter() - start
+            return compile_graph(
+                fx_gm, inputs, name=f"{model}_{aot_id}_{kind}_{n}", kind=kind, cfg=cfg,
+                capture_s=capture, recompile=recompile,
+            )
+
+        compile_one.__name__ = f"neuron_{kind}_compiler"
+        return compile_one
+
+    aot = aot_autograd(
+        fw_compiler=compiler_for("forward"),
+        bw_compiler=compiler_for("backward"),
+        inference_compiler=compiler_for("inference"),
+        decompositions=decomposition_table(),
+    )
+    # The math SDPA path decomposes into bmm/softmax; the CPU flash kernel would otherwise leave
+    # an unlowerable _scaled_dot_product_flash_attention_for_cpu_backward in backward graphs.
+    with sdpa_kernel(SDPBackend.MATH):
+        return aot(gm, list(example_inputs))
+
+
+def neuron_backend(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    options: dict[str, Any] | None = None,
+    mode: str | None = None,
+) -> Any:
+    """Dynamo backend registered as ``neuron`` and ``neuron_compile``."""
+    cfg = load_config(options)
+    registration.warn_if_name_clash()
+    if mode not in (None, "default"):
+        _warn_once(
+            f"mode:{mode}",
+            f"neuron-compile ignores mode={mode!r}: Trainium compilation has one mode; "
+            "tune with options instead (see README 'Options')",
+        )
+    symbolic = symbolic_inputs(example_inputs)
+    if symbolic:
+        requested = requested_dynamic(example_inputs, symbolic)
+        if requested is not None:
+            raise DynamicShapeError(
+                f"dynamic shapes are not supported ({requested})",
+                reason="Trainium's compiler needs every dimension static",
+                hint="use torch.compile(..., dynamic=False), do not call "
+                "torch._dynamo.mark_dynamic, and pad variable dimensions to a few fixed sizes "
+                "(bucketing) so each size compiles once",
+            )
+        # Automatic dynamic (dynamic=None, a second shape seen): compile one static graph per
+        # concrete shape instead of failing a user who simply called the model twice.
+        log.info("automatic dynamic shapes: specializing per concrete shape (%s)", symbolic[0])
+        return ShapeSpecializer(gm, cfg, compile_frame)
+    return compile_frame(gm, example_inputs, cfg)

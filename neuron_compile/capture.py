@@ -1,0 +1,23 @@
+"""What AOTAutograd traces with: the decomposition table."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+@lru_cache(maxsize=1)
+def decomposition_table() -> dict[Any, Any]:
+    """PyTorch's core ATen decompositions.
+
+    Backward ops that core ATen keeps whole (``convolution_backward``,
+    ``max_pool2d_with_indices_backward``) have their own lowering rules instead: their StableHLO
+    forms (transposed convolution, ``select_and_scatter``) are what neuronx-cc pattern-matches.
+    """
+    from torch._decomp import core_aten_decompositions
+
+    return dict(core_aten_decompositions())

@@ -1,0 +1,176 @@
+"""Compile one AOTAutograd graph: passes -> lowering -> verify -> serialize -> executor.
+
+Returns a boxed callable (AOTAutograd's calling convention: one list argument, cleared by the
+callee so inputs can be freed early).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from . import artifact as artifact_mod
+from .cache import artifact_key, executable_cache
+from .config import NeuronConfig
+from .dump import dump_graph
+from .errors import BUG_HINT, DtypePolicyError, ExecutorError, VerifierError
+from .lowering import lower_graph
+from .lowering.lower_graph import LoweredGraph
+from .metrics import GraphRecord, add_record
+from .passes import PIPELINE, run_pipeline
+from .runtime.xla_cpu import XlaCpuExecutable
+
+log = logging.getLogger(__name__)
+
+
+class DowncastWarning(UserWarning):
+    """float64 graph inputs run as float32 (the 64-bit policy)."""
+
+
+class CompiledGraph:
+    """The runtime side of one graph: marshal inputs, execute, rebuild outputs."""
+
+    def __init__(
+        self, name: str, lowered: LoweredGraph, executable: Any, constants: dict[str, torch.Tensor],
+        record: GraphRecord,
+    ) -> None:
+        # An instance attribute, not a class one: AOTAutograd wraps backward compilers in
+        # functools.wraps-based decorators that copy __dict__ only.
+        self._boxed_call = True
+        self.name = name
+        self.record = record
+        self.lowered = lowered
+        self._exe = executable
+        self._inputs = [
+            (spec.index, constants.get(spec.attr) if spec.attr else None, spec.arg_dtype)
+            for spec in lowered.inputs
+        ]
+        self._outputs = [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs]
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        self.record.calls += 1
+        ins = []
+        for index, const, dtype in self._inputs:
+            t = const if const is not None else args[index]
+            if t.dtype != dtype:
+                t = t.to(dtype)
+            if t.requires_grad:
+                t = t.detach()
+            ins.append(t if t.is_contiguous() else t.contiguous())
+        passthrough = {o[1]: args[o[1]] for o in self._outputs if o[0] == "input"}
+        args.clear()  # boxed convention: let the caller's references go before we run
+        results = self._exe(ins)
+        outs: list[Any] = []
+        for kind, index, dtype, value in self._outputs:
+            if kind == "result":
+                r = results[index]
+                outs.append(r if r.dtype == dtype else r.to(dtype))
+            elif kind == "input":
+                outs.append(passthrough[index])
+            elif kind == "none":
+                outs.append(None)
+            else:
+                outs.append(value)
+        return outs
+
+
+def _warn_downcasts(name: str, lowered: LoweredGraph, cfg: NeuronConfig) -> None:
+    if not lowered.downcasts:
+        return
+    if cfg.sixty_four_bit == "error":
+        raise DtypePolicyError(
+            f"graph {name} has 64-bit inputs: {'; '.join(lowered.downcasts)}",
+            hint="convert inputs to float32/int32, or use options={'sixty_four_bit': 'downcast'}",
+        )
+    lossy = [d for d in lowered.downcasts if "float64" in d]
+    if lossy:
+        warnings.warn(
+            f"neuron-compile: graph {name} runs float64 inputs as float32 ({'; '.join(lossy)}); "
+            "set options={'sixty_four_bit': 'error'} to make this an error",
+            DowncastWarning,
+            stacklevel=2,
+        )
+    log.info("graph %s: 64-bit inputs narrowed: %s", name, "; ".join(lowered.downcasts))
+
+
+def _verify(lowered: LoweredGraph) -> None:
+    try:
+        artifact_mod.verify(lowered.text)
+    except artifact_mod.VerifyFailure as e:
+        node = lowered.node_at_line(e.line) if e.line else None
+        raise VerifierError(
+            "the StableHLO verifier rejected the emitted module",
+            node=node,
+            reason=f"line {e.line}: {e.message}" if e.line else e.message,
+            hint=BUG_HINT,
+        ) from None
+
+
+def compile_graph(
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    name: str,
+    kind: str,
+    cfg: NeuronConfig,
+    capture_s: float = 0.0,
+    recompile: bool = False,
+) -> CompiledGraph:
+    """Compile ``gm`` (an AOTAutograd forward/backward/inference graph) for the CPU executor."""
+    record = GraphRecord(
+        name=name, kind=kind, node_count=len(gm.graph.nodes), capture_s=capture_s, recompile=recompile
+    )
+    t0 = time.perf_counter()
+    run_pipeline(gm, PIPELINE)
+    t1 = time.perf_counter()
+    lowered = lower_graph(gm)
+    t2 = time.perf_counter()
+    _warn_downcasts(name, lowered, cfg)
+    if cfg.verify:
+        _verify(lowered)
+    art = artifact_mod.serialize(lowered.text, cfg.artifact)
+    t3 = time.perf_counter()
+    try:
+        executable, hit = executable_cache.get_or_create(
+            artifact_key(art, "xla_cpu"), lambda: XlaCpuExecutable(art)
+        )
+    except Exception as e:
+        raise ExecutorError(
+            f"XLA CPU failed to compile graph {name}: {type(e).__name__}: {e}", hint=BUG_HINT
+        ) from e
+    t4 = time.perf_counter()
+    record.passes_s, record.lowering_s = t1 - t0, t2 - t1
+    record.verify_s, record.executor_compile_s = t3 - t2, t4 - t3
+    record.executor_cache_hit, record.downcasts = hit, list(lowered.downcasts)
+    record.artifact_bytes = len(art)
+    add_record(record)
+    log.debug(
+        "compiled %s: %d nodes, lowering %.1f ms, verify %.1f ms, executor %.1f ms%s",
+        name, record.node_count, 1e3 * record.lowering_s, 1e3 * record.verify_s,
+        1e3 * record.executor_compile_s, " (cached)" if hit else "",
+    )
+    if cfg.dump_dir:
+        meta = {
+            "name": name,
+            "kind": kind,
+            "inputs": [vars(s) for s in lowered.inputs],
+            "outputs": [vars(o) for o in lowered.outputs],
+            "example_inputs": [_spec(x) for x in example_inputs],
+            "timings": record.as_dict(),
+            "artifact_form": cfg.artifact,
+        }
+        dump_graph(cfg.dump_dir, name, gm, artifact_mod.pretty(lowered.text), art, meta)
+    constants = {s.attr: getattr(gm, s.attr) for s in lowered.inputs if s.attr}
+    return CompiledGraph(name, lowered, executable, constants, record)
+
+
+def _spec(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return {"shape": list(x.shape), "dtype": str(x.dtype)}
+    return repr(x)

@@ -1,0 +1,131 @@
+"""Exceptions with stable codes.
+
+Every message answers: what failed (code, op), where (FX node and the user's source line), why, and
+what to do next. Codes are stable across releases; neuronx-cc's own codes look like ``NCC_EXXX000``
+and are reported next to ours, never instead of them.
+
+| code  | class               | meaning                                                        |
+|-------|---------------------|----------------------------------------------------------------|
+| NC001 | OptionsError        | unknown or invalid ``options`` key / env value                 |
+| NC101 | UnsupportedOpError  | no lowering for an ATen op (or its support predicate said no)  |
+| NC102 | LoweringError       | a lowering rule failed or produced the wrong type (our bug)    |
+| NC103 | VerifierError       | jaxlib's StableHLO verifier rejected our module (our bug)      |
+| NC104 | DtypePolicyError    | a 64-bit tensor under ``sixty_four_bit="error"``               |
+| NC201 | DynamicShapeError   | symbolic shapes requested (``dynamic=True`` / mark_dynamic)    |
+| NC301 | ExecutorError       | the XLA CPU executor failed to compile or run an artifact      |
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import torch.fx as fx
+
+_FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+BUG_HINT = "this is a neuron-compile bug: please report it with the dump from NEURON_COMPILE_DUMP_DIR"
+
+
+def user_frame(node: fx.Node | None) -> str:
+    """Return the innermost user frame of ``node`` as ``file:line in fn`` (or ``<unknown>``)."""
+    trace = node.meta.get("stack_trace") if node is not None else None
+    if not trace:
+        return "<unknown>"
+    frames = _FRAME_RE.findall(trace)
+    if not frames:
+        return "<unknown>"
+    # Dynamo records the user's frames outermost first; the last one is where the op was called.
+    path, line, fn = frames[-1]
+    return f"{path}:{line} in {fn}"
+
+
+def user_source_line(node: fx.Node | None) -> str | None:
+    """The source text of the user's line that produced ``node``, if the trace carries it."""
+    trace = node.meta.get("stack_trace") if node is not None else None
+    if not trace:
+        return None
+    # The trace ends with the source line, optionally followed by a ^^^^ marker line.
+    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip().strip("^~")]
+    return lines[-1] if lines and not lines[-1].startswith("File ") else None
+
+
+def _rebuild(cls: type[NeuronCompileError], fields: dict, message: str) -> NeuronCompileError:
+    err = cls.__new__(cls)
+    RuntimeError.__init__(err, message)
+    err.__dict__.update(fields)
+    return err
+
+
+class NeuronCompileError(RuntimeError):
+    """Base class. Subclasses set ``code``; instances carry fields for reports."""
+
+    code = "NC000"
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        node: fx.Node | None = None,
+        reason: str | None = None,
+        hint: str | None = None,
+        **fields: Any,
+    ) -> None:
+        self.what = what
+        self.node_name = node.name if node is not None else None
+        self.op = str(node.target) if node is not None and node.op == "call_function" else None
+        self.where = user_frame(node)
+        self.source = user_source_line(node)
+        self.reason = reason
+        self.hint = hint
+        self.__dict__.update(fields)
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        msg = f"[{self.code}] {self.what}"
+        if self.node_name is not None:
+            msg += f" (node %{self.node_name}"
+            msg += f", op {self.op})" if self.op else ")"
+        if self.where != "<unknown>":
+            msg += f"\n  at {self.where}"
+            if self.source:
+                msg += f"\n    {self.source}"
+        if self.reason:
+            msg += f"\n  reason: {self.reason}"
+        if self.hint:
+            msg += f"\n  hint: {self.hint}"
+        return msg
+
+    def __reduce__(self):  # survive worker processes with fields intact
+        return (_rebuild, (type(self), vars(self).copy(), str(self)))
+
+
+class OptionsError(NeuronCompileError, ValueError):
+    code = "NC001"
+
+
+class UnsupportedOpError(NeuronCompileError):
+    code = "NC101"
+
+
+class LoweringError(NeuronCompileError):
+    code = "NC102"
+
+
+class VerifierError(NeuronCompileError):
+    code = "NC103"
+
+
+class DtypePolicyError(NeuronCompileError):
+    code = "NC104"
+
+
+class DynamicShapeError(NeuronCompileError):
+    code = "NC201"
+
+
+class ExecutorError(NeuronCompileError):
+    code = "NC301"
+
+
+class RegistryError(RuntimeError):
+    """A lowering registered twice: raised at import time, never seen by users."""

@@ -1,0 +1,112 @@
+"""LoweringContext: what a rule sees, plus the one shared helper for broadcasting and promotion.
+
+Rules never broadcast or promote by hand: they call ``ctx.promote(...)``, which applies PyTorch's
+own elementwise type-promotion rules (``torch._prims_common.elementwise_dtypes``) and NumPy-style
+broadcasting, so every rule agrees with eager PyTorch on the same corner cases.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
+
+from .emit import Emitter, TensorType, Value
+
+#: the 64-bit policy: what each dtype becomes inside compiled graphs
+_CANONICAL = {torch.float64: torch.float32, torch.int64: torch.int32}
+
+Scalar = int | float | bool
+
+
+def canonical_dtype(dtype: torch.dtype) -> torch.dtype:
+    return _CANONICAL.get(dtype, dtype)
+
+
+def tensor_type(val: torch.Tensor) -> TensorType:
+    """TensorType of a (fake) tensor after the 64-bit policy."""
+    return TensorType(tuple(int(d) for d in val.shape), canonical_dtype(val.dtype))
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+
+
+def _promotion_stand_in(arg: Value | Scalar) -> torch.Tensor | Scalar:
+    # elementwise_dtypes only looks at dtype and whether a tensor is 0-d.
+    if isinstance(arg, Value):
+        return torch.empty((1,) * min(arg.rank, 1), dtype=arg.dtype)
+    return arg
+
+
+@dataclass
+class LoweringContext:
+    emit: Emitter
+    node: fx.Node
+
+    # ---- output metadata ------------------------------------------------------------------
+    @property
+    def out_val(self) -> Any:
+        return self.node.meta["val"]
+
+    def out_type(self, index: int | None = None) -> TensorType:
+        val = self.out_val if index is None else self.out_val[index]
+        return tensor_type(val)
+
+    @property
+    def out_dtype(self) -> torch.dtype:
+        return self.out_type().dtype
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.out_type().shape
+
+    # ---- promotion and broadcasting -------------------------------------------------------
+    def result_dtype(
+        self,
+        *args: Value | Scalar,
+        kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
+    ) -> torch.dtype:
+        """PyTorch's computation dtype for an elementwise op over ``args``."""
+        compute, _ = elementwise_dtypes(*[_promotion_stand_in(a) for a in args], type_promotion_kind=kind)
+        return canonical_dtype(compute)
+
+    def promote(
+        self,
+        *args: Value | Scalar,
+        dtype: torch.dtype | None = None,
+        kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
+    ) -> list[Value]:
+        """Convert every argument to one dtype and broadcast all to their common shape.
+
+        ``dtype`` overrides the promoted dtype (e.g. a rule that computes in float32).
+        Python scalars become splat constants of the target shape.
+        """
+        dtype = dtype or self.result_dtype(*args, kind=kind)
+        shape = broadcast_shapes(*[a.shape for a in args if isinstance(a, Value)])
+        out = []
+        for a in args:
+            if isinstance(a, Value):
+                out.append(self.broadcast_to(self.emit.convert(a, dtype), shape))
+            else:
+                out.append(self.emit.full(a, shape, dtype))
+        return out
+
+    def broadcast_to(self, x: Value, shape: Sequence[int]) -> Value:
+        """NumPy-style (right-aligned) broadcast of ``x`` to ``shape``."""
+        shape = tuple(int(d) for d in shape)
+        if x.shape == shape:
+            return x
+        offset = len(shape) - x.rank
+        return self.emit.broadcast_in_dim(x, shape, list(range(offset, len(shape))))
+
+    def full_like(self, value: Scalar, like: Value, dtype: torch.dtype | None = None) -> Value:
+        return self.emit.full(value, like.shape, dtype or like.dtype)
+
+    def compute_dtype(self, dtype: torch.dtype) -> torch.dtype:
+        """Accumulation dtype: low-precision floats compute in float32, as eager's opmath does."""
+        return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype

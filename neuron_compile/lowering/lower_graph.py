@@ -1,0 +1,177 @@
+"""Translate one AOTAutograd FX graph into a StableHLO module (text) plus its calling plan.
+
+The plan says how runtime tensors map onto ``@main``'s arguments (unused inputs are not passed,
+64-bit inputs are narrowed) and how its results map back onto the graph's outputs (``None``
+gradients, outputs that are graph inputs, 64-bit outputs widened back).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..errors import BUG_HINT, LoweringError, UnsupportedOpError
+from . import registry
+from .context import LoweringContext, canonical_dtype, tensor_type
+from .emit import Emitter, TensorType, Value
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One ``@main`` argument: graph input ``index`` (or a ``get_attr`` constant ``attr``)."""
+
+    index: int
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype  # the dtype the caller passes
+    arg_dtype: torch.dtype  # the dtype @main takes (after the 64-bit policy)
+    attr: str | None = None
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """How graph output ``i`` is produced: ``kind`` is result | input | none | const."""
+
+    kind: str
+    index: int = -1  # result index into @main's results, or graph-input index
+    dtype: torch.dtype | None = None  # the dtype the caller expects (results only)
+    value: Any = None  # kind == "const"
+
+
+@dataclass
+class LoweredGraph:
+    text: str
+    inputs: list[InputSpec]
+    outputs: list[OutputSpec]
+    num_results: int
+    downcasts: list[str] = field(default_factory=list)  # "name: float64 -> float32"
+    emitter: Emitter | None = None
+
+    def node_at_line(self, line: int) -> fx.Node | None:
+        """FX node that emitted 1-based ``line`` of ``text`` (for verifier errors)."""
+        if self.emitter is None:
+            return None
+        return self.emitter.line_nodes.get(line - self.emitter.body_line_offset())
+
+
+def _check_result(node: fx.Node, produced: list[Value | None]) -> None:
+    """Inductor's validate_ir: each rule must produce exactly the types the FX metadata promises."""
+    val = node.meta.get("val")
+    expected = list(val) if isinstance(val, (tuple, list)) else [val]
+    if len(expected) != len(produced):
+        raise LoweringError(
+            f"rule produced {len(produced)} results, the graph expects {len(expected)}",
+            node=node, hint=BUG_HINT,
+        )
+    for i, (want, got) in enumerate(zip(expected, produced, strict=True)):
+        if not isinstance(want, torch.Tensor) or got is None:
+            continue
+        if tensor_type(want) != got.type:
+            raise LoweringError(
+                f"result {i} has type {got.type}, the graph expects {tensor_type(want)}",
+                node=node, hint=BUG_HINT,
+            )
+
+
+def _lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
+    if node.target is operator.getitem:
+        seq, idx = node.args
+        return env[seq][idx]
+    entry = registry.lookup(node)
+    if isinstance(entry, str):
+        raise UnsupportedOpError(
+            f"cannot lower {node.target}",
+            node=node,
+            reason=entry,
+            hint="rewrite the model to avoid the op, or report it so a lowering can be added "
+            "(CPU fallback for unsupported ops is tracked in the op-coverage issue)",
+        )
+    args = fx.node.map_arg(node.args, lambda n: env[n])
+    kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
+    ctx = LoweringContext(emitter, node)
+    try:
+        result = entry.rule(ctx, *args, **kwargs)
+    except (UnsupportedOpError, LoweringError):
+        raise
+    except Exception as e:
+        raise LoweringError(
+            f"lowering rule {entry.rule.__qualname__} failed: {type(e).__name__}: {e}",
+            node=node, hint=BUG_HINT,
+        ) from e
+    produced = list(result) if isinstance(result, (tuple, list)) else [result]
+    _check_result(node, produced)
+    return result
+
+
+def lower_graph(gm: fx.GraphModule, func_name: str = "main") -> LoweredGraph:
+    """Lower ``gm`` (ATen IR with ``meta["val"]`` on every node) to StableHLO text."""
+    emitter = Emitter()
+    env: dict[fx.Node, Any] = {}
+    inputs: list[InputSpec] = []
+    downcasts: list[str] = []
+    placeholder_index: dict[fx.Node, int] = {}
+    n_placeholders = 0
+
+    for node in gm.graph.nodes:
+        emitter.current_node = node
+        if node.op == "placeholder":
+            placeholder_index[node] = n_placeholders
+            n_placeholders += 1
+            val = node.meta.get("val")
+            if not node.users:
+                continue  # never transferred: saves a dlpack round trip per unused input
+            if not isinstance(val, torch.Tensor):
+                raise UnsupportedOpError(
+                    f"graph input {node.name} is a {type(val).__name__}, not a tensor",
+                    node=node,
+                    hint="pass numbers as tensors, or compile with dynamic=False",
+                )
+            ttype = tensor_type(val)
+            if ttype.dtype != val.dtype:
+                downcasts.append(f"{node.name}: {val.dtype} -> {ttype.dtype}")
+            env[node] = emitter.arg(ttype)
+            inputs.append(InputSpec(placeholder_index[node], node.name, ttype.shape, val.dtype, ttype.dtype))
+        elif node.op == "get_attr":
+            tensor = getattr(gm, node.target)
+            ttype = TensorType(tuple(tensor.shape), canonical_dtype(tensor.dtype))
+            env[node] = emitter.arg(ttype)
+            inputs.append(InputSpec(-1, node.name, ttype.shape, tensor.dtype, ttype.dtype, attr=node.target))
+        elif node.op == "call_function":
+            env[node] = _lower_node(emitter, node, env)
+        elif node.op == "output":
+            emitter.current_node = None
+            outputs, results = _plan_outputs(node, env, placeholder_index)
+            text = emitter.module_text(results, func_name)
+            return LoweredGraph(text, inputs, outputs, len(results), downcasts, emitter)
+        else:
+            raise UnsupportedOpError(f"FX node kind {node.op!r} is not supported", node=node)
+    raise LoweringError("graph has no output node", hint=BUG_HINT)
+
+
+def _plan_outputs(
+    node: fx.Node, env: dict[fx.Node, Any], placeholder_index: dict[fx.Node, int]
+) -> tuple[list[OutputSpec], list[Value]]:
+    (outs,) = node.args
+    flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    specs: list[OutputSpec] = []
+    results: list[Value] = []
+    for out in flat:
+        if out is None:
+            specs.append(OutputSpec("none"))
+        elif isinstance(out, fx.Node) and out.op == "placeholder":
+            # Returning a graph input: hand the caller's tensor back instead of a copy.
+            specs.append(OutputSpec("input", placeholder_index[out]))
+        elif isinstance(out, fx.Node):
+            val = out.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                specs.append(OutputSpec("const", value=val))
+                continue
+            specs.append(OutputSpec("result", len(results), val.dtype))
+            results.append(env[out])
+        else:
+            specs.append(OutputSpec("const", value=out))
+    return specs, results

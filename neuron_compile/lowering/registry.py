@@ -1,0 +1,129 @@
+"""The lowering registry: ``@lowering(aten.op, ...)`` fills one dict keyed by ``(OpOverload, target)``.
+
+Every entry carries a support predicate returning ``None`` (lowerable) or a reason string; the
+reason becomes the user-facing explanation (NC101 today, a fallback ``SplitReason`` once the
+partitioner lands). Lookup prefers the ``nki`` target over the ``stablehlo`` default, like JAX's
+per-platform lowering overrides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._ops import OpOverload, OpOverloadPacket
+
+from ..errors import RegistryError
+
+Support = Callable[[fx.Node], "str | None"]
+Rule = Callable[..., Any]
+
+TARGETS = ("nki", "stablehlo")  # lookup order
+
+
+def always(node: fx.Node) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Lowering:
+    rule: Rule
+    supports: Support
+    target: str
+    explicit: bool = True  # False when registered through an OpOverloadPacket expansion
+
+
+_LOWERINGS: dict[tuple[Any, str], Lowering] = {}
+
+
+def _expand(ops: Iterable[Any]) -> list[Any]:
+    out: list[Any] = []
+    for op in ops:
+        if isinstance(op, OpOverloadPacket):
+            out.extend(getattr(op, name) for name in op.overloads())
+        else:
+            out.append(op)
+    return out
+
+
+def lowering(*ops: Any, target: str = "stablehlo", supports: Support = always) -> Callable[[Rule], Rule]:
+    """Register ``rule`` for ``ops`` (overloads, packets, or plain callables like ``operator.getitem``).
+
+    A packet expands to every overload that no other rule registered explicitly, so a specific
+    overload rule and a packet rule can live side by side regardless of import order.
+    """
+
+    def register(rule: Rule) -> Rule:
+        for op in ops:
+            explicit = not isinstance(op, OpOverloadPacket)
+            for overload in _expand([op]):
+                key = (overload, target)
+                entry = _LOWERINGS.get(key)
+                if entry is not None and explicit and entry.explicit:
+                    owner = entry.rule.__qualname__
+                    raise RegistryError(f"{overload} is already lowered for {target} by {owner}")
+                if entry is not None and not explicit:
+                    continue  # an explicit overload rule wins over a packet expansion
+                _LOWERINGS[key] = Lowering(rule, supports, target, explicit)
+        return rule
+
+    return register
+
+
+def lookup(node: fx.Node) -> Lowering | str:
+    """Return the lowering for ``node``, or the reason there is none."""
+    reasons = []
+    for target in TARGETS:
+        entry = _LOWERINGS.get((node.target, target))
+        if entry is None:
+            continue
+        why = entry.supports(node)
+        if why is None:
+            return entry
+        reasons.append(f"{target}: {why}")
+    if reasons:
+        return "; ".join(reasons)
+    if isinstance(node.target, OpOverload):
+        return f"no lowering registered for {node.target}"
+    return f"no lowering registered for {getattr(node.target, '__name__', node.target)}"
+
+
+def registered_ops(target: str = "stablehlo") -> list[str]:
+    """Names of every op with a rule for ``target`` (for ``neuron-compile ops``)."""
+    return sorted(str(op) for (op, t) in _LOWERINGS if t == target)
+
+
+# ---- reusable support predicates -------------------------------------------------------------
+def _tensor_dtypes(node: fx.Node) -> list[torch.dtype]:
+    dtypes = []
+    for arg in node.all_input_nodes:
+        val = arg.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            dtypes.append(val.dtype)
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        dtypes.append(val.dtype)
+    return dtypes
+
+
+def dtypes_in(*allowed: torch.dtype) -> Support:
+    """Supported when every tensor input and the output has one of ``allowed`` (64-bit types are
+    checked after the 64-bit policy maps them to 32-bit)."""
+    from .context import canonical_dtype
+
+    allowed_set = set(allowed)
+
+    def check(node: fx.Node) -> str | None:
+        bad = sorted({str(d) for d in _tensor_dtypes(node) if canonical_dtype(d) not in allowed_set})
+        return f"dtype {', '.join(bad)} not supported" if bad else None
+
+    check.__name__ = "dtypes_in(" + ", ".join(str(d) for d in allowed) + ")"
+    return check
+
+
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+INTS = (torch.int32, torch.int16, torch.int8, torch.uint8)
+ALL_DTYPES = FLOATS + INTS + (torch.bool,)

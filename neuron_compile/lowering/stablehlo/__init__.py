@@ -1,0 +1,13 @@
+"""StableHLO lowering rules, one module per op family. Importing registers them."""
+
+from . import (  # noqa: F401
+    batch_norm,
+    conv,
+    elementwise,
+    indexing,
+    matmul,
+    normalization,
+    pooling,
+    reduction,
+    shape,
+)

@@ -1,0 +1,309 @@
+"""Elementwise ops: arithmetic, comparisons, logic, casts, activations.
+
+Transcendental functions on bfloat16/float16 compute in float32 and round once at the end, as
+eager PyTorch's "opmath" does; otherwise bf16 results drift from eager by more than bf16 tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
+
+from ..context import LoweringContext
+from ..emit import Value
+from ..registry import ALL_DTYPES, FLOATS, dtypes_in, lowering
+
+aten = torch.ops.aten
+floats_only = dtypes_in(*FLOATS, torch.bool, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def _float_unary(ctx: LoweringContext, x: Value, body: Callable[[Value], Value]) -> Value:
+    """Run ``body`` in the compute dtype (float32 for bf16/f16; int inputs become float)."""
+    out = ctx.out_dtype
+    (x,) = ctx.promote(x, dtype=ctx.compute_dtype(out))
+    return ctx.emit.convert(body(x), out)
+
+
+# ---- unary float functions with a direct StableHLO op ---------------------------------------
+_UNARY_FLOAT = {
+    aten.exp: "exponential",
+    aten.log: "log",
+    aten.tanh: "tanh",
+    aten.sigmoid: "logistic",
+    aten.sqrt: "sqrt",
+    aten.rsqrt: "rsqrt",
+    aten.sin: "sine",
+    aten.cos: "cosine",
+    aten.log1p: "log_plus_one",
+    aten.expm1: "exponential_minus_one",
+}
+
+
+def _register_unary_float(op, hlo: str) -> None:
+    @lowering(op.default, supports=floats_only)
+    def _lower(ctx: LoweringContext, x: Value) -> Value:
+        return _float_unary(ctx, x, lambda v: ctx.emit.unary(hlo, v))
+
+    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
+
+
+for _op, _hlo in _UNARY_FLOAT.items():
+    _register_unary_float(_op, _hlo)
+
+
+# ---- unary ops that keep their dtype --------------------------------------------------------
+_UNARY_SAME = {
+    aten.neg: "negate",
+    aten.abs: "abs",
+    aten.floor: "floor",
+    aten.ceil: "ceil",
+    aten.sign: "sign",
+    aten.round: "round_nearest_even",
+}
+
+
+def _register_unary_same(op, hlo: str) -> None:
+    @lowering(op.default, supports=dtypes_in(*ALL_DTYPES))
+    def _lower(ctx: LoweringContext, x: Value) -> Value:
+        if hlo in ("floor", "ceil", "round_nearest_even") and not x.dtype.is_floating_point:
+            return x  # integer rounding is the identity
+        return ctx.emit.unary(hlo, x)
+
+    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
+
+
+for _op, _hlo in _UNARY_SAME.items():
+    _register_unary_same(_op, _hlo)
+
+
+@lowering(aten.reciprocal.default, supports=floats_only)
+def _lower_reciprocal(ctx: LoweringContext, x: Value) -> Value:
+    return _float_unary(ctx, x, lambda v: ctx.emit.binary("divide", ctx.full_like(1.0, v), v))
+
+
+# XLA's f32 rational approximation of erf (xla/hlo/builder/lib/math.cc, ErfImpl32): StableHLO has
+# no erf op, and neuronx-cc lowers this polynomial form efficiently.
+_ERF_ALPHA = (
+    -2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+    -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02,
+)
+_ERF_BETA = (
+    -1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+    -7.37332916720468e-03, -1.42647390514189e-02,
+)
+
+
+def _polynomial(ctx: LoweringContext, x: Value, coefficients: tuple[float, ...]) -> Value:
+    e = ctx.emit
+    acc = ctx.full_like(coefficients[0], x)
+    for c in coefficients[1:]:  # Horner, highest degree first
+        acc = e.binary("add", e.binary("multiply", acc, x), ctx.full_like(c, x))
+    return acc
+
+
+def erf(ctx: LoweringContext, x: Value) -> Value:
+    """erf for float32 ``x`` (shared with gelu)."""
+    e = ctx.emit
+    x = e.clamp(e.scalar(-4.0, x.dtype), x, e.scalar(4.0, x.dtype))
+    x2 = e.binary("multiply", x, x)
+    num = e.binary("multiply", x, _polynomial(ctx, x2, _ERF_ALPHA))
+    return e.binary("divide", num, _polynomial(ctx, x2, _ERF_BETA))
+
+
+@lowering(aten.erf.default, supports=floats_only)
+def _lower_erf(ctx: LoweringContext, x: Value) -> Value:
+    return _float_unary(ctx, x, lambda v: erf(ctx, v))
+
+
+# ---- binary arithmetic ----------------------------------------------------------------------
+def _arith(ctx: LoweringContext, hlo: str, a, b, kind: Kind = Kind.DEFAULT) -> Value:
+    a, b = ctx.promote(a, b, kind=kind)
+    return ctx.emit.convert(ctx.emit.binary(hlo, a, b), ctx.out_dtype)
+
+
+def _with_alpha(ctx: LoweringContext, b, alpha):
+    if alpha is None or alpha == 1:
+        return b
+    if isinstance(b, Value):
+        (b, al) = ctx.promote(b, alpha)
+        return ctx.emit.binary("multiply", b, al)
+    return b * alpha
+
+
+@lowering(aten.add.Tensor, aten.add.Scalar, supports=dtypes_in(*ALL_DTYPES))
+def _lower_add(ctx: LoweringContext, a, b, alpha=None) -> Value:
+    if ctx.out_dtype == torch.bool:
+        return _arith(ctx, "or", a, b)
+    return _arith(ctx, "add", a, _with_alpha(ctx, b, alpha))
+
+
+@lowering(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar, supports=dtypes_in(*ALL_DTYPES))
+def _lower_sub(ctx: LoweringContext, a, b, alpha=None) -> Value:
+    b = _with_alpha(ctx, b, alpha)
+    if ctx.node.target is aten.rsub.Scalar:
+        a, b = b, a
+    return _arith(ctx, "subtract", a, b)
+
+
+@lowering(aten.mul.Tensor, aten.mul.Scalar, supports=dtypes_in(*ALL_DTYPES))
+def _lower_mul(ctx: LoweringContext, a, b) -> Value:
+    return _arith(ctx, "and" if ctx.out_dtype == torch.bool else "multiply", a, b)
+
+
+@lowering(aten.div.Tensor, aten.div.Scalar, supports=dtypes_in(*ALL_DTYPES))
+def _lower_div(ctx: LoweringContext, a, b) -> Value:
+    return _arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
+
+
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode, supports=dtypes_in(*ALL_DTYPES))
+def _lower_div_mode(ctx: LoweringContext, a, b, rounding_mode=None) -> Value:
+    e = ctx.emit
+    if rounding_mode is None:
+        return _arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
+    a, b = ctx.promote(a, b)
+    if not a.dtype.is_floating_point and rounding_mode == "trunc":
+        return e.binary("divide", a, b)  # integer divide truncates
+    fa, fb = ctx.promote(a, b, dtype=torch.float32 if not a.dtype.is_floating_point else a.dtype)
+    q = e.binary("divide", fa, fb)
+    if rounding_mode == "floor":
+        q = e.unary("floor", q)
+    else:  # trunc: round toward zero
+        q = e.binary("multiply", e.unary("sign", q), e.unary("floor", e.unary("abs", q)))
+    return e.convert(q, ctx.out_dtype)
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, supports=floats_only)
+def _lower_pow(ctx: LoweringContext, a, b) -> Value:
+    if ctx.node.target is aten.pow.Tensor_Scalar and b == 2:
+        (a,) = ctx.promote(a, dtype=ctx.out_dtype)
+        return ctx.emit.binary("multiply", a, a)
+    return _arith(ctx, "power", a, b)
+
+
+@lowering(aten.maximum.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_maximum(ctx: LoweringContext, a, b) -> Value:
+    return _arith(ctx, "maximum", a, b)
+
+
+@lowering(aten.minimum.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_minimum(ctx: LoweringContext, a, b) -> Value:
+    return _arith(ctx, "minimum", a, b)
+
+
+@lowering(aten.clamp.default, aten.clamp.Tensor, supports=dtypes_in(*ALL_DTYPES))
+def _lower_clamp(ctx: LoweringContext, x, min=None, max=None) -> Value:  # noqa: A002
+    e = ctx.emit
+    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
+    if min is not None:
+        (lo,) = ctx.promote(min, dtype=x.dtype) if isinstance(min, Value) else [ctx.full_like(min, x)]
+        x = e.binary("maximum", x, ctx.broadcast_to(lo, x.shape))
+    if max is not None:
+        (hi,) = ctx.promote(max, dtype=x.dtype) if isinstance(max, Value) else [ctx.full_like(max, x)]
+        x = e.binary("minimum", x, ctx.broadcast_to(hi, x.shape))
+    return x
+
+
+# ---- comparisons and logic ------------------------------------------------------------------
+_COMPARISONS = {aten.eq: "EQ", aten.ne: "NE", aten.lt: "LT", aten.le: "LE", aten.gt: "GT", aten.ge: "GE"}
+
+
+def _register_compare(op, direction: str) -> None:
+    @lowering(op.Tensor, op.Scalar, supports=dtypes_in(*ALL_DTYPES))
+    def _lower(ctx: LoweringContext, a, b) -> Value:
+        a, b = ctx.promote(a, b)
+        return ctx.emit.compare(a, b, direction)
+
+    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
+
+
+for _op, _dir in _COMPARISONS.items():
+    _register_compare(_op, _dir)
+
+_LOGICAL = {aten.logical_and: "and", aten.logical_or: "or", aten.logical_xor: "xor"}
+_BITWISE = {aten.bitwise_and: "and", aten.bitwise_or: "or", aten.bitwise_xor: "xor"}
+
+
+def _register_logical(op, hlo: str) -> None:
+    @lowering(op.default, supports=dtypes_in(*ALL_DTYPES))
+    def _lower(ctx: LoweringContext, a: Value, b: Value) -> Value:
+        a, b = ctx.promote(a, b, dtype=torch.bool)
+        return ctx.emit.binary(hlo, a, b)
+
+    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
+
+
+def _register_bitwise(op, hlo: str) -> None:
+    @lowering(op.Tensor, op.Scalar, supports=dtypes_in(*ALL_DTYPES))
+    def _lower(ctx: LoweringContext, a, b) -> Value:
+        return _arith(ctx, hlo, a, b)
+
+    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
+
+
+for _op, _hlo in _LOGICAL.items():
+    _register_logical(_op, _hlo)
+for _op, _hlo in _BITWISE.items():
+    _register_bitwise(_op, _hlo)
+
+
+@lowering(aten.logical_not.default, aten.bitwise_not.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_not(ctx: LoweringContext, x: Value) -> Value:
+    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
+    return ctx.emit.unary("not", x)
+
+
+@lowering(aten.isnan.default, supports=floats_only)
+def _lower_isnan(ctx: LoweringContext, x: Value) -> Value:
+    return ctx.emit.compare(x, x, "NE")
+
+
+@lowering(aten.where.self, supports=dtypes_in(*ALL_DTYPES))
+def _lower_where(ctx: LoweringContext, cond: Value, a, b) -> Value:
+    a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
+    shape = ctx.out_shape
+    cond = ctx.broadcast_to(ctx.emit.convert(cond, torch.bool), shape)
+    return ctx.emit.select(cond, ctx.broadcast_to(a, shape), ctx.broadcast_to(b, shape))
+
+
+# ---- casts and constants --------------------------------------------------------------------
+@lowering(aten._to_copy.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_to_copy(ctx: LoweringContext, x: Value, **_: object) -> Value:
+    return ctx.emit.convert(x, ctx.out_dtype)
+
+
+@lowering(aten.scalar_tensor.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_scalar_tensor(ctx: LoweringContext, value, **_: object) -> Value:
+    return ctx.emit.scalar(value, ctx.out_dtype)
+
+
+# ---- activations ----------------------------------------------------------------------------
+@lowering(aten.relu.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_relu(ctx: LoweringContext, x: Value) -> Value:
+    return ctx.emit.binary("maximum", x, ctx.full_like(0, x))
+
+
+@lowering(aten.gelu.default, supports=floats_only)
+def _lower_gelu(ctx: LoweringContext, x: Value, approximate: str = "none") -> Value:
+    e = ctx.emit
+
+    def body(v: Value) -> Value:
+        half = e.binary("multiply", v, ctx.full_like(0.5, v))
+        if approximate == "tanh":
+            cube = e.binary("multiply", e.binary("multiply", v, v), v)
+            inner = e.binary("add", v, e.binary("multiply", cube, ctx.full_like(0.044715, v)))
+            inner = e.binary("multiply", inner, ctx.full_like(math.sqrt(2.0 / math.pi), v))
+            t = e.unary("tanh", inner)
+        else:
+            t = erf(ctx, e.binary("multiply", v, ctx.full_like(1.0 / math.sqrt(2.0), v)))
+        return e.binary("multiply", half, e.binary("add", t, ctx.full_like(1.0, v)))
+
+    return _float_unary(ctx, x, body)
+
+
+@lowering(aten.silu.default, supports=floats_only)
+def _lower_silu(ctx: LoweringContext, x: Value) -> Value:
+    e = ctx.emit
+    return _float_unary(ctx, x, lambda v: e.binary("multiply", v, e.unary("logistic", v)))

@@ -1,0 +1,49 @@
+"""Matrix products. Low-precision inputs accumulate in float32 (dot_general's result type), as
+eager PyTorch does on CPU, and round once."""
+
+from __future__ import annotations
+
+import torch
+
+from ..context import LoweringContext
+from ..emit import Value
+from ..registry import FLOATS, dtypes_in, lowering
+
+aten = torch.ops.aten
+float_matmul = dtypes_in(*FLOATS)
+
+
+def matmul(ctx: LoweringContext, a: Value, b: Value, batched: bool = False) -> Value:
+    """``a @ b`` for 2-D (or batched 3-D) operands, accumulated in the compute dtype."""
+    acc = ctx.compute_dtype(a.dtype)
+    if batched:
+        return ctx.emit.dot_general(a, b, ((2,), (1,)), ((0,), (0,)), out_dtype=acc)
+    return ctx.emit.dot_general(a, b, ((1,), (0,)), out_dtype=acc)
+
+
+def _scaled(ctx: LoweringContext, x: Value, factor: float) -> Value:
+    if factor == 1:
+        return x
+    return ctx.emit.binary("multiply", x, ctx.full_like(factor, x))
+
+
+@lowering(aten.mm.default, supports=float_matmul)
+def _lower_mm(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    return ctx.emit.convert(matmul(ctx, a, b), ctx.out_dtype)
+
+
+@lowering(aten.bmm.default, supports=float_matmul)
+def _lower_bmm(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    return ctx.emit.convert(matmul(ctx, a, b, batched=True), ctx.out_dtype)
+
+
+@lowering(aten.addmm.default, aten.baddbmm.default, supports=float_matmul)
+def _lower_addmm(
+    ctx: LoweringContext, bias: Value, a: Value, b: Value, beta: float = 1, alpha: float = 1
+) -> Value:
+    product = _scaled(ctx, matmul(ctx, a, b, batched=a.rank == 3), alpha)
+    if beta == 0:  # torch ignores bias (even NaN/inf) when beta == 0
+        return ctx.emit.convert(product, ctx.out_dtype)
+    (bias,) = ctx.promote(bias, dtype=product.dtype)
+    total = ctx.emit.binary("add", product, ctx.broadcast_to(_scaled(ctx, bias, beta), product.shape))
+    return ctx.emit.convert(total, ctx.out_dtype)

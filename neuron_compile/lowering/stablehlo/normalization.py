@@ -1,0 +1,81 @@
+"""Softmax and layer norm (batch norm lives in ``batch_norm.py``).
+
+All statistics are computed in float32 for low-precision inputs, as eager PyTorch does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ..context import LoweringContext
+from ..emit import Value
+from ..registry import FLOATS, dtypes_in, lowering
+from .reduction import _minmax_init, keep_dims, sum_
+
+aten = torch.ops.aten
+floats = dtypes_in(*FLOATS)
+
+
+def _shifted(ctx: LoweringContext, x: Value, dim: int) -> tuple[Value, int]:
+    """``x - max(x, dim)`` in the compute dtype (the max-shift keeps exp from overflowing)."""
+    e = ctx.emit
+    dim = dim + x.rank if dim < 0 else dim
+    x = e.convert(x, ctx.compute_dtype(x.dtype))
+    m = keep_dims(ctx, e.reduce_simple(x, _minmax_init(x.dtype, True), [dim], "maximum"), x, [dim], True)
+    return e.binary("subtract", x, ctx.broadcast_to(m, x.shape)), dim
+
+
+@lowering(aten._softmax.default, supports=floats)
+def _lower_softmax(ctx: LoweringContext, x: Value, dim: int, half_to_float: bool = False) -> Value:
+    e = ctx.emit
+    shifted, dim = _shifted(ctx, x, dim)
+    ex = e.unary("exponential", shifted)
+    total = sum_(ctx, ex, [dim], True, ex.dtype)
+    return e.convert(e.binary("divide", ex, ctx.broadcast_to(total, ex.shape)), ctx.out_dtype)
+
+
+@lowering(aten._log_softmax.default, supports=floats)
+def _lower_log_softmax(ctx: LoweringContext, x: Value, dim: int, half_to_float: bool = False) -> Value:
+    e = ctx.emit
+    shifted, dim = _shifted(ctx, x, dim)
+    total = sum_(ctx, e.unary("exponential", shifted), [dim], True, shifted.dtype)
+    out = e.binary("subtract", shifted, ctx.broadcast_to(e.unary("log", total), shifted.shape))
+    return e.convert(out, ctx.out_dtype)
+
+
+def moments(ctx: LoweringContext, x: Value, dims: Sequence[int]) -> tuple[Value, Value]:
+    """Mean and biased variance over ``dims`` (kept as size-1 dims), in x's dtype."""
+    e = ctx.emit
+    count = math.prod(x.shape[d] for d in dims)
+    total = sum_(ctx, x, dims, True, x.dtype)
+    mean = e.binary("divide", total, ctx.full_like(count, total))
+    centered = e.binary("subtract", x, ctx.broadcast_to(mean, x.shape))
+    sq = sum_(ctx, e.binary("multiply", centered, centered), dims, True, x.dtype)
+    var = e.binary("divide", sq, ctx.full_like(count, sq))
+    return mean, var
+
+
+@lowering(aten.native_layer_norm.default, supports=floats)
+def _lower_native_layer_norm(
+    ctx: LoweringContext, x: Value, normalized_shape: Sequence[int], weight: Value | None,
+    bias: Value | None, eps: float,
+) -> tuple[Value, Value, Value]:
+    e = ctx.emit
+    axis = x.rank - len(normalized_shape)
+    dims = list(range(axis, x.rank))
+    xf = e.convert(x, ctx.compute_dtype(x.dtype))
+    mean, var = moments(ctx, xf, dims)
+    rstd = e.unary("rsqrt", e.binary("add", var, ctx.full_like(eps, var)))
+    y = e.binary("multiply", e.binary("subtract", xf, ctx.broadcast_to(mean, xf.shape)), ctx.broadcast_to(rstd, xf.shape))
+    if weight is not None:
+        y = e.binary("multiply", y, ctx.broadcast_to(e.convert(weight, y.dtype), y.shape))
+    if bias is not None:
+        y = e.binary("add", y, ctx.broadcast_to(e.convert(bias, y.dtype), y.shape))
+    return (
+        e.convert(y, ctx.out_type(0).dtype),
+        e.convert(mean, ctx.out_type(1).dtype),
+        e.convert(rstd, ctx.out_type(2).dtype),
+    )
