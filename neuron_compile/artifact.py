@@ -28,7 +28,9 @@ def _registry():
     from jaxlib.mlir._mlir_libs import _jax_mlir_ext
 
     reg = ir.DialectRegistry()
-    _jax_mlir_ext.register_dialects(reg)  # func, arith, ... (stablehlo alone cannot parse func.func)
+    _jax_mlir_ext.register_dialects(
+        reg
+    )  # func, arith, ... (stablehlo alone cannot parse func.func)
     return reg
 
 
@@ -84,7 +86,9 @@ def serialize(text: str, form: str = "portable") -> bytes:
     if form == "portable":
         # The _str variant works on a copy: serialize_portable_artifact(module) rewrites the module
         # itself into vhlo ops.
-        return bytes(stablehlo.serialize_portable_artifact_str(text, stablehlo.get_current_version()))
+        return bytes(
+            stablehlo.serialize_portable_artifact_str(text, stablehlo.get_current_version())
+        )
     with _context(), ir.Location.unknown():
         module = ir.Module.parse(text)
         buf = io.BytesIO()

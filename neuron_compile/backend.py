@@ -14,7 +14,6 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 import torch.fx as fx
 
 from . import registration
@@ -22,7 +21,7 @@ from .capture import decomposition_table
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
 from .errors import DynamicShapeError
-from .shapes import ShapeSpecializer, requested_dynamic, symbolic_inputs
+from .shapes import ShapeSpecializer, describe_symbolic, requested_dynamic, symbolic_dims
 
 log = logging.getLogger("neuron_compile")
 
@@ -77,8 +76,13 @@ def compile_frame(
             # time is already in the forward's record.
             capture = 0.0 if kind == "backward" else time.perf_counter() - start
             return compile_graph(
-                fx_gm, inputs, name=f"{model}_{aot_id}_{kind}_{n}", kind=kind, cfg=cfg,
-                capture_s=capture, recompile=recompile,
+                fx_gm,
+                inputs,
+                name=f"{model}_{aot_id}_{kind}_{n}",
+                kind=kind,
+                cfg=cfg,
+                capture_s=capture,
+                recompile=recompile,
             )
 
         compile_one.__name__ = f"neuron_{kind}_compiler"
@@ -112,9 +116,10 @@ def neuron_backend(
             f"neuron-compile ignores mode={mode!r}: Trainium compilation has one mode; "
             "tune with options instead (see README 'Options')",
         )
-    symbolic = symbolic_inputs(example_inputs)
-    if symbolic:
-        requested = requested_dynamic(example_inputs, symbolic)
+    dims = symbolic_dims(gm, example_inputs)
+    if dims:
+        symbolic = describe_symbolic(dims)
+        requested = requested_dynamic(gm, example_inputs, symbolic)
         if requested is not None:
             raise DynamicShapeError(
                 f"dynamic shapes are not supported ({requested})",
@@ -125,6 +130,6 @@ def neuron_backend(
             )
         # Automatic dynamic (dynamic=None, a second shape seen): compile one static graph per
         # concrete shape instead of failing a user who simply called the model twice.
-        log.info("automatic dynamic shapes: specializing per concrete shape (%s)", symbolic[0])
+        log.info("automatic dynamic shapes: specializing per concrete shape (%s)", symbolic)
         return ShapeSpecializer(gm, cfg, compile_frame)
     return compile_frame(gm, example_inputs, cfg)

@@ -37,7 +37,11 @@ class CompiledGraph:
     """The runtime side of one graph: marshal inputs, execute, rebuild outputs."""
 
     def __init__(
-        self, name: str, lowered: LoweredGraph, executable: Any, constants: dict[str, torch.Tensor],
+        self,
+        name: str,
+        lowered: LoweredGraph,
+        executable: Any,
+        constants: dict[str, torch.Tensor],
         record: GraphRecord,
     ) -> None:
         # An instance attribute, not a class one: AOTAutograd wraps backward compilers in
@@ -124,7 +128,11 @@ def compile_graph(
 ) -> CompiledGraph:
     """Compile ``gm`` (an AOTAutograd forward/backward/inference graph) for the CPU executor."""
     record = GraphRecord(
-        name=name, kind=kind, node_count=len(gm.graph.nodes), capture_s=capture_s, recompile=recompile
+        name=name,
+        kind=kind,
+        node_count=len(gm.graph.nodes),
+        capture_s=capture_s,
+        recompile=recompile,
     )
     t0 = time.perf_counter()
     run_pipeline(gm, PIPELINE)
@@ -152,8 +160,12 @@ def compile_graph(
     add_record(record)
     log.debug(
         "compiled %s: %d nodes, lowering %.1f ms, verify %.1f ms, executor %.1f ms%s",
-        name, record.node_count, 1e3 * record.lowering_s, 1e3 * record.verify_s,
-        1e3 * record.executor_compile_s, " (cached)" if hit else "",
+        name,
+        record.node_count,
+        1e3 * record.lowering_s,
+        1e3 * record.verify_s,
+        1e3 * record.executor_compile_s,
+        " (cached)" if hit else "",
     )
     if cfg.dump_dir:
         meta = {

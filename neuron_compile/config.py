@@ -76,7 +76,9 @@ def _parse_bool(key: str, value: Any) -> bool:
     raise OptionsError(f"invalid boolean for {key}: {value!r}", hint="use 1/0 or true/false")
 
 
-def load_config(options: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> NeuronConfig:
+def load_config(
+    options: dict[str, Any] | None = None, env: dict[str, str] | None = None
+) -> NeuronConfig:
     """Build the config from ``options`` (keys may carry a ``neuron.`` prefix) and the environment."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}

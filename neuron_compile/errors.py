@@ -23,7 +23,9 @@ from typing import Any
 import torch.fx as fx
 
 _FRAME_RE = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-BUG_HINT = "this is a neuron-compile bug: please report it with the dump from NEURON_COMPILE_DUMP_DIR"
+BUG_HINT = (
+    "this is a neuron-compile bug: please report it with the dump from NEURON_COMPILE_DUMP_DIR"
+)
 
 
 def user_frame(node: fx.Node | None) -> str:

@@ -17,7 +17,9 @@ class GraphRecord:
     name: str  # {model}_{id}_{forward|backward|inference}_{n}
     kind: str
     node_count: int
-    capture_s: float = 0.0  # Dynamo graph handed over -> this graph reached our compiler (AOT trace)
+    capture_s: float = (
+        0.0  # Dynamo graph handed over -> this graph reached our compiler (AOT trace)
+    )
     passes_s: float = 0.0
     lowering_s: float = 0.0
     verify_s: float = 0.0  # parse + verify + serialize

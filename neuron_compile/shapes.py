@@ -19,40 +19,62 @@ class RecompileWarning(UserWarning):
     """A compiled frame met a new input shape and compiled another static graph."""
 
 
-def _names(gm: fx.GraphModule | None, n: int) -> list[str]:
-    if gm is None:
-        return [f"input {i}" for i in range(n)]
-    names = [node.name for node in gm.graph.nodes if node.op == "placeholder"]
-    return names + [f"input {i}" for i in range(len(names), n)]
+def symbolic_dims(
+    gm: fx.GraphModule, example_inputs: Sequence[Any]
+) -> list[tuple[int, str, int | None, str]]:
+    """``(input index, name, dim or None for a size symbol, symbol)`` for every symbolic size.
 
-
-def symbolic_inputs(example_inputs: Sequence[Any], gm: fx.GraphModule | None = None) -> list[str]:
-    """Describe every symbolic size among ``example_inputs`` ("input L_x_ dim 0 (s77)")."""
+    Dynamo's real example inputs carry concrete sizes; the symbols live in the placeholders'
+    ``example_value`` metadata, so both are consulted.
+    """
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     found = []
-    names = _names(gm, len(example_inputs))
-    for i, x in enumerate(example_inputs):
-        if isinstance(x, torch.SymInt):
-            found.append(f"input {names[i]} is the symbolic integer {x}")
-        elif isinstance(x, torch.Tensor):
-            for d, size in enumerate(x.shape):
-                if isinstance(size, torch.SymInt):
-                    found.append(f"input {names[i]} dim {d} ({size})")
+    for i in range(max(len(placeholders), len(example_inputs))):
+        x = example_inputs[i] if i < len(example_inputs) else None
+        node = placeholders[i] if i < len(placeholders) else None
+        name = node.name if node is not None else f"input {i}"
+        meta = node.meta.get("example_value", node.meta.get("val")) if node is not None else None
+        for candidate in (meta, x):
+            if isinstance(candidate, torch.SymInt):
+                found.append((i, name, None, str(candidate)))
+                break
+            if isinstance(candidate, torch.Tensor) and any(
+                isinstance(s, torch.SymInt) for s in candidate.shape
+            ):
+                found.extend(
+                    (i, name, d, str(s))
+                    for d, s in enumerate(candidate.shape)
+                    if isinstance(s, torch.SymInt)
+                )
+                break
     return found
 
 
-def requested_dynamic(example_inputs: Sequence[Any], symbolic: list[str]) -> str | None:
+def describe_symbolic(dims: list[tuple[int, str, int | None, str]]) -> str:
+    """ "L_x_ dim 0 (s77)"; size symbols only when no tensor dim names them."""
+    tensor_dims = [f"{name} dim {d} ({sym})" for _, name, d, sym in dims if d is not None]
+    return ", ".join(tensor_dims or [f"{name} ({sym})" for _, name, _, sym in dims])
+
+
+def requested_dynamic(
+    gm: fx.GraphModule, example_inputs: Sequence[Any], symbolic: str
+) -> str | None:
     """Why the graph is symbolic if the *user* asked for it, else None (automatic dynamic)."""
     import torch._dynamo.config as dynamo_config
 
     # torch.compile(dynamic=True) patches assume_static_by_default=False around the whole frame
     # compilation, including this backend call; dynamic=None leaves it True.
     if not dynamo_config.assume_static_by_default:
-        return "torch.compile(dynamic=True) made " + "; ".join(symbolic[:4])
+        return "torch.compile(dynamic=True) made " + symbolic
     marked = []
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     for i, x in enumerate(example_inputs):
         dims = getattr(x, "_dynamo_dynamic_indices", None) if isinstance(x, torch.Tensor) else None
         if dims:
-            marked.append(f"input {i} dims {sorted(dims)}")
+            name = names[i] if i < len(names) else f"input {i}"
+            marked.append(
+                f"{name} dim{'s' if len(dims) > 1 else ''} {', '.join(map(str, sorted(dims)))}"
+            )
     if marked:
         return "torch._dynamo.mark_dynamic marked " + "; ".join(marked)
     return None
@@ -76,35 +98,28 @@ class ShapeSpecializer:
     counted as a recompile and announced with the dims that changed.
     """
 
-    def __init__(self, gm: fx.GraphModule, cfg: NeuronConfig, compile_frame: Callable[..., Any]) -> None:
+    def __init__(
+        self, gm: fx.GraphModule, cfg: NeuronConfig, compile_frame: Callable[..., Any]
+    ) -> None:
         self.gm = gm
         self.cfg = cfg
         self._compile_frame = compile_frame
         self._compiled: dict[tuple, Any] = {}
-        self._symbolic_dims = self._find_symbolic_dims(gm)
-
-    @staticmethod
-    def _find_symbolic_dims(gm: fx.GraphModule) -> list[tuple[int, str, int | None]]:
-        dims = []
-        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-        for i, node in enumerate(placeholders):
-            val = node.meta.get("example_value", node.meta.get("val"))
-            if isinstance(val, torch.SymInt):
-                dims.append((i, node.name, None))
-            elif isinstance(val, torch.Tensor):
-                dims.extend((i, node.name, d) for d, s in enumerate(val.shape) if isinstance(s, torch.SymInt))
-        return dims
+        self._symbolic_dims = symbolic_dims(gm, [])
 
     def describe(self, args: Sequence[Any]) -> str:
-        parts = []
-        for i, name, d in self._symbolic_dims:
-            if i >= len(args):
-                continue
-            if d is None:
-                parts.append(f"{name}={args[i]}")
-            elif isinstance(args[i], torch.Tensor):
-                parts.append(f"{name} dim {d}={args[i].shape[d]}")
-        return ", ".join(parts) or "new input shapes"
+        """The symbolic dims with their concrete values now ("L_x_ dim 0=3")."""
+        dims = [
+            f"{name} dim {d}={args[i].shape[d]}"
+            for i, name, d, _ in self._symbolic_dims
+            if d is not None and i < len(args) and isinstance(args[i], torch.Tensor)
+        ]
+        ints = [
+            f"{name}={args[i]}"
+            for i, name, d, _ in self._symbolic_dims
+            if d is None and i < len(args)
+        ]
+        return ", ".join(dims or ints) or "new input shapes"
 
     @property
     def num_specializations(self) -> int:

@@ -17,7 +17,10 @@ from neuron_compile.passes import PIPELINE, run_pipeline
 
 def trace_aten(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
     """ATen graph of ``fn`` with the backend's decompositions and ``meta['val']`` on nodes."""
-    return make_fx(fn, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*args)
+    def positional(*a: Any) -> Any:  # make_fx counts parameters; F.silu(x, inplace=False) has 2
+        return fn(*a)
+
+    return make_fx(positional, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*args)
 
 
 def lower_to_text(fn: Callable[..., Any], *args: Any, pretty: bool = True) -> str:
@@ -59,3 +62,13 @@ def train_losses(
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def run_lowered(fn: Callable[..., Any], *args: Any) -> list[Any]:
+    """Run ``fn`` through the backend's lowering + XLA CPU executor without Dynamo (fast)."""
+    from neuron_compile.compiler import compile_graph
+    from neuron_compile.config import NeuronConfig
+
+    gm = trace_aten(fn, *args)
+    compiled = compile_graph(gm, args, name="test", kind="inference", cfg=NeuronConfig())
+    return compiled(list(args))

@@ -72,7 +72,9 @@ class LoweringContext:
         kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
     ) -> torch.dtype:
         """PyTorch's computation dtype for an elementwise op over ``args``."""
-        compute, _ = elementwise_dtypes(*[_promotion_stand_in(a) for a in args], type_promotion_kind=kind)
+        compute, _ = elementwise_dtypes(
+            *[_promotion_stand_in(a) for a in args], type_promotion_kind=kind
+        )
         return canonical_dtype(compute)
 
     def promote(

@@ -189,7 +189,9 @@ class Emitter:
         )
         return results
 
-    def op1(self, name: str, operands: Sequence[Value], result_type: TensorType, attrs: str = "") -> Value:
+    def op1(
+        self, name: str, operands: Sequence[Value], result_type: TensorType, attrs: str = ""
+    ) -> Value:
         return self.op(name, operands, [result_type], attrs)[0]
 
     def region(
@@ -241,7 +243,9 @@ class Emitter:
         return self.constant(value, TensorType(tuple(shape), dtype))
 
     def iota(self, shape: Sequence[int], dim: int, dtype: torch.dtype) -> Value:
-        return self.op1("iota", [], TensorType(tuple(shape), dtype), f"iota_dimension = {dim} : i64")
+        return self.op1(
+            "iota", [], TensorType(tuple(shape), dtype), f"iota_dimension = {dim} : i64"
+        )
 
     def convert(self, x: Value, dtype: torch.dtype) -> Value:
         if x.dtype == dtype:
@@ -273,12 +277,16 @@ class Emitter:
         if perm == list(range(x.rank)):
             return x
         shape = [x.shape[p] for p in perm]
-        return self.op1("transpose", [x], x.type.with_shape(shape), f"permutation = {_i64_array(perm)}")
+        return self.op1(
+            "transpose", [x], x.type.with_shape(shape), f"permutation = {_i64_array(perm)}"
+        )
 
     def slice(
         self, x: Value, start: Sequence[int], limit: Sequence[int], strides: Sequence[int]
     ) -> Value:
-        shape = [max(0, -(-(hi - lo) // st)) for lo, hi, st in zip(start, limit, strides, strict=True)]
+        shape = [
+            max(0, -(-(hi - lo) // st)) for lo, hi, st in zip(start, limit, strides, strict=True)
+        ]
         if tuple(shape) == x.shape:
             return x
         attrs = (
@@ -294,7 +302,14 @@ class Emitter:
         shape[dim] = sum(x.shape[dim] for x in xs)
         return self.op1("concatenate", xs, xs[0].type.with_shape(shape), f"dimension = {dim} : i64")
 
-    def pad(self, x: Value, value: Value, low: Sequence[int], high: Sequence[int], interior: Sequence[int]) -> Value:
+    def pad(
+        self,
+        x: Value,
+        value: Value,
+        low: Sequence[int],
+        high: Sequence[int],
+        interior: Sequence[int],
+    ) -> Value:
         shape = [
             lo + hi + d + max(d - 1, 0) * it
             for d, lo, hi, it in zip(x.shape, low, high, interior, strict=True)
@@ -354,18 +369,26 @@ class Emitter:
         return self.op1("dot_general", [lhs, rhs], out, attrs)
 
     def reduce(
-        self, xs: Sequence[Value], inits: Sequence[Value], dims: Sequence[int], body: Callable[..., Sequence[Value]]
+        self,
+        xs: Sequence[Value],
+        inits: Sequence[Value],
+        dims: Sequence[int],
+        body: Callable[..., Sequence[Value]],
     ) -> list[Value]:
         """Variadic ``stablehlo.reduce``; ``body(*accs, *elems)`` combines scalars."""
         dims = sorted(int(d) for d in dims)
         scalar_types = [TensorType((), x.dtype) for x in xs]
         region = self.region(scalar_types + scalar_types, body)
-        out_types = [x.type.with_shape([d for i, d in enumerate(x.shape) if i not in dims]) for x in xs]
+        out_types = [
+            x.type.with_shape([d for i, d in enumerate(x.shape) if i not in dims]) for x in xs
+        ]
         return self.op(
             "reduce", [*xs, *inits], out_types, f"dimensions = {_i64_array(dims)}", regions=[region]
         )
 
-    def reduce_simple(self, x: Value, init: float | int | bool, dims: Sequence[int], combiner: str) -> Value:
+    def reduce_simple(
+        self, x: Value, init: float | int | bool, dims: Sequence[int], combiner: str
+    ) -> Value:
         """Single-operand reduction with a binary ``combiner`` op (add, maximum, and, ...)."""
         init_v = self.scalar(init, x.dtype)
         return self.reduce([x], [init_v], dims, lambda a, b: [self.binary(combiner, a, b)])[0]
@@ -417,8 +440,11 @@ class Emitter:
             f"padding = {_dense(pad, torch.int64)} : tensor<{len(window)}x2xi64>"
         )
         return self.op(
-            "select_and_scatter", [operand, source, init], [operand.type.with_dtype(source.dtype)],
-            attrs, regions=[select, scatter],
+            "select_and_scatter",
+            [operand, source, init],
+            [operand.type.with_dtype(source.dtype)],
+            attrs,
+            regions=[select, scatter],
         )[0]
 
     def convolution(
@@ -434,8 +460,10 @@ class Emitter:
         rhs_dilation: Sequence[int],
         feature_group_count: int = 1,
         batch_group_count: int = 1,
+        out_dtype: torch.dtype | None = None,
     ) -> Value:
-        """``dimension_numbers`` like ``[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]``."""
+        """``dimension_numbers`` like ``[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]``; ``out_dtype``
+        (e.g. f32 for bf16 operands) sets the accumulation/result element type."""
         n = len(strides)
         pad = np.asarray(padding, dtype=np.int64).reshape(n, 2)
         attrs = (
@@ -446,7 +474,8 @@ class Emitter:
             f"feature_group_count = {feature_group_count} : i64, "
             f"batch_group_count = {batch_group_count} : i64"
         )
-        return self.op1("convolution", [lhs, rhs], lhs.type.with_shape(out_shape), attrs)
+        out = TensorType(tuple(int(d) for d in out_shape), out_dtype or lhs.dtype)
+        return self.op1("convolution", [lhs, rhs], out, attrs)
 
     def gather(
         self,
@@ -510,4 +539,6 @@ class Emitter:
             f"index_vector_dim = {index_vector_dim}>, indices_are_sorted = false, "
             "unique_indices = false"
         )
-        return self.op("scatter", [operand, indices, updates], [operand.type], attrs, regions=[region])[0]
+        return self.op(
+            "scatter", [operand, indices, updates], [operand.type], attrs, regions=[region]
+        )[0]

@@ -65,7 +65,8 @@ def _check_result(node: fx.Node, produced: list[Value | None]) -> None:
     if len(expected) != len(produced):
         raise LoweringError(
             f"rule produced {len(produced)} results, the graph expects {len(expected)}",
-            node=node, hint=BUG_HINT,
+            node=node,
+            hint=BUG_HINT,
         )
     for i, (want, got) in enumerate(zip(expected, produced, strict=True)):
         if not isinstance(want, torch.Tensor) or got is None:
@@ -73,7 +74,8 @@ def _check_result(node: fx.Node, produced: list[Value | None]) -> None:
         if tensor_type(want) != got.type:
             raise LoweringError(
                 f"result {i} has type {got.type}, the graph expects {tensor_type(want)}",
-                node=node, hint=BUG_HINT,
+                node=node,
+                hint=BUG_HINT,
             )
 
 
@@ -100,7 +102,8 @@ def _lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any
     except Exception as e:
         raise LoweringError(
             f"lowering rule {entry.rule.__qualname__} failed: {type(e).__name__}: {e}",
-            node=node, hint=BUG_HINT,
+            node=node,
+            hint=BUG_HINT,
         ) from e
     produced = list(result) if isinstance(result, (tuple, list)) else [result]
     _check_result(node, produced)
@@ -134,12 +137,16 @@ def lower_graph(gm: fx.GraphModule, func_name: str = "main") -> LoweredGraph:
             if ttype.dtype != val.dtype:
                 downcasts.append(f"{node.name}: {val.dtype} -> {ttype.dtype}")
             env[node] = emitter.arg(ttype)
-            inputs.append(InputSpec(placeholder_index[node], node.name, ttype.shape, val.dtype, ttype.dtype))
+            inputs.append(
+                InputSpec(placeholder_index[node], node.name, ttype.shape, val.dtype, ttype.dtype)
+            )
         elif node.op == "get_attr":
             tensor = getattr(gm, node.target)
             ttype = TensorType(tuple(tensor.shape), canonical_dtype(tensor.dtype))
             env[node] = emitter.arg(ttype)
-            inputs.append(InputSpec(-1, node.name, ttype.shape, tensor.dtype, ttype.dtype, attr=node.target))
+            inputs.append(
+                InputSpec(-1, node.name, ttype.shape, tensor.dtype, ttype.dtype, attr=node.target)
+            )
         elif node.op == "call_function":
             env[node] = _lower_node(emitter, node, env)
         elif node.op == "output":

@@ -49,7 +49,9 @@ def _expand(ops: Iterable[Any]) -> list[Any]:
     return out
 
 
-def lowering(*ops: Any, target: str = "stablehlo", supports: Support = always) -> Callable[[Rule], Rule]:
+def lowering(
+    *ops: Any, target: str = "stablehlo", supports: Support = always
+) -> Callable[[Rule], Rule]:
     """Register ``rule`` for ``ops`` (overloads, packets, or plain callables like ``operator.getitem``).
 
     A packet expands to every overload that no other rule registered explicitly, so a specific
@@ -117,7 +119,9 @@ def dtypes_in(*allowed: torch.dtype) -> Support:
     allowed_set = set(allowed)
 
     def check(node: fx.Node) -> str | None:
-        bad = sorted({str(d) for d in _tensor_dtypes(node) if canonical_dtype(d) not in allowed_set})
+        bad = sorted(
+            {str(d) for d in _tensor_dtypes(node) if canonical_dtype(d) not in allowed_set}
+        )
         return f"dtype {', '.join(bad)} not supported" if bad else None
 
     check.__name__ = "dtypes_in(" + ", ".join(str(d) for d in allowed) + ")"

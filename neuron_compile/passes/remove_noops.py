@@ -13,7 +13,12 @@ import torch.fx as fx
 
 aten = torch.ops.aten
 
-_ALWAYS_NOOP = {aten.alias.default, aten.clone.default, aten.detach.default, aten.lift_fresh_copy.default}
+_ALWAYS_NOOP = {
+    aten.alias.default,
+    aten.clone.default,
+    aten.detach.default,
+    aten.lift_fresh_copy.default,
+}
 
 
 def _same_meta(a: fx.Node, b: fx.Node) -> bool:

@@ -87,12 +87,20 @@ def _lower_reciprocal(ctx: LoweringContext, x: Value) -> Value:
 # XLA's f32 rational approximation of erf (xla/hlo/builder/lib/math.cc, ErfImpl32): StableHLO has
 # no erf op, and neuronx-cc lowers this polynomial form efficiently.
 _ERF_ALPHA = (
-    -2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
-    -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02,
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
 )
 _ERF_BETA = (
-    -1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
-    -7.37332916720468e-03, -1.42647390514189e-02,
+    -1.45660718464996e-05,
+    -2.13374055278905e-04,
+    -1.68282697438203e-03,
+    -7.37332916720468e-03,
+    -1.42647390514189e-02,
 )
 
 
@@ -198,16 +206,27 @@ def _lower_clamp(ctx: LoweringContext, x, min=None, max=None) -> Value:  # noqa:
     e = ctx.emit
     (x,) = ctx.promote(x, dtype=ctx.out_dtype)
     if min is not None:
-        (lo,) = ctx.promote(min, dtype=x.dtype) if isinstance(min, Value) else [ctx.full_like(min, x)]
+        (lo,) = (
+            ctx.promote(min, dtype=x.dtype) if isinstance(min, Value) else [ctx.full_like(min, x)]
+        )
         x = e.binary("maximum", x, ctx.broadcast_to(lo, x.shape))
     if max is not None:
-        (hi,) = ctx.promote(max, dtype=x.dtype) if isinstance(max, Value) else [ctx.full_like(max, x)]
+        (hi,) = (
+            ctx.promote(max, dtype=x.dtype) if isinstance(max, Value) else [ctx.full_like(max, x)]
+        )
         x = e.binary("minimum", x, ctx.broadcast_to(hi, x.shape))
     return x
 
 
 # ---- comparisons and logic ------------------------------------------------------------------
-_COMPARISONS = {aten.eq: "EQ", aten.ne: "NE", aten.lt: "LT", aten.le: "LE", aten.gt: "GT", aten.ge: "GE"}
+_COMPARISONS = {
+    aten.eq: "EQ",
+    aten.ne: "NE",
+    aten.lt: "LT",
+    aten.le: "LE",
+    aten.gt: "GT",
+    aten.ge: "GE",
+}
 
 
 def _register_compare(op, direction: str) -> None:

@@ -45,5 +45,7 @@ def _lower_addmm(
     if beta == 0:  # torch ignores bias (even NaN/inf) when beta == 0
         return ctx.emit.convert(product, ctx.out_dtype)
     (bias,) = ctx.promote(bias, dtype=product.dtype)
-    total = ctx.emit.binary("add", product, ctx.broadcast_to(_scaled(ctx, bias, beta), product.shape))
+    total = ctx.emit.binary(
+        "add", product, ctx.broadcast_to(_scaled(ctx, bias, beta), product.shape)
+    )
     return ctx.emit.convert(total, ctx.out_dtype)

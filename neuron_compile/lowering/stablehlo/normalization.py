@@ -5,7 +5,6 @@ All statistics are computed in float32 for low-precision inputs, as eager PyTorc
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
@@ -13,7 +12,7 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import FLOATS, dtypes_in, lowering
-from .reduction import _minmax_init, keep_dims, sum_
+from .reduction import _minmax_init, keep_dims, moments, sum_
 
 aten = torch.ops.aten
 floats = dtypes_in(*FLOATS)
@@ -24,7 +23,9 @@ def _shifted(ctx: LoweringContext, x: Value, dim: int) -> tuple[Value, int]:
     e = ctx.emit
     dim = dim + x.rank if dim < 0 else dim
     x = e.convert(x, ctx.compute_dtype(x.dtype))
-    m = keep_dims(ctx, e.reduce_simple(x, _minmax_init(x.dtype, True), [dim], "maximum"), x, [dim], True)
+    m = keep_dims(
+        ctx, e.reduce_simple(x, _minmax_init(x.dtype, True), [dim], "maximum"), x, [dim], True
+    )
     return e.binary("subtract", x, ctx.broadcast_to(m, x.shape)), dim
 
 
@@ -38,7 +39,9 @@ def _lower_softmax(ctx: LoweringContext, x: Value, dim: int, half_to_float: bool
 
 
 @lowering(aten._log_softmax.default, supports=floats)
-def _lower_log_softmax(ctx: LoweringContext, x: Value, dim: int, half_to_float: bool = False) -> Value:
+def _lower_log_softmax(
+    ctx: LoweringContext, x: Value, dim: int, half_to_float: bool = False
+) -> Value:
     e = ctx.emit
     shifted, dim = _shifted(ctx, x, dim)
     total = sum_(ctx, e.unary("exponential", shifted), [dim], True, shifted.dtype)
@@ -46,22 +49,14 @@ def _lower_log_softmax(ctx: LoweringContext, x: Value, dim: int, half_to_float: 
     return e.convert(out, ctx.out_dtype)
 
 
-def moments(ctx: LoweringContext, x: Value, dims: Sequence[int]) -> tuple[Value, Value]:
-    """Mean and biased variance over ``dims`` (kept as size-1 dims), in x's dtype."""
-    e = ctx.emit
-    count = math.prod(x.shape[d] for d in dims)
-    total = sum_(ctx, x, dims, True, x.dtype)
-    mean = e.binary("divide", total, ctx.full_like(count, total))
-    centered = e.binary("subtract", x, ctx.broadcast_to(mean, x.shape))
-    sq = sum_(ctx, e.binary("multiply", centered, centered), dims, True, x.dtype)
-    var = e.binary("divide", sq, ctx.full_like(count, sq))
-    return mean, var
-
-
 @lowering(aten.native_layer_norm.default, supports=floats)
 def _lower_native_layer_norm(
-    ctx: LoweringContext, x: Value, normalized_shape: Sequence[int], weight: Value | None,
-    bias: Value | None, eps: float,
+    ctx: LoweringContext,
+    x: Value,
+    normalized_shape: Sequence[int],
+    weight: Value | None,
+    bias: Value | None,
+    eps: float,
 ) -> tuple[Value, Value, Value]:
     e = ctx.emit
     axis = x.rank - len(normalized_shape)
@@ -69,7 +64,11 @@ def _lower_native_layer_norm(
     xf = e.convert(x, ctx.compute_dtype(x.dtype))
     mean, var = moments(ctx, xf, dims)
     rstd = e.unary("rsqrt", e.binary("add", var, ctx.full_like(eps, var)))
-    y = e.binary("multiply", e.binary("subtract", xf, ctx.broadcast_to(mean, xf.shape)), ctx.broadcast_to(rstd, xf.shape))
+    y = e.binary(
+        "multiply",
+        e.binary("subtract", xf, ctx.broadcast_to(mean, xf.shape)),
+        ctx.broadcast_to(rstd, xf.shape),
+    )
     if weight is not None:
         y = e.binary("multiply", y, ctx.broadcast_to(e.convert(weight, y.dtype), y.shape))
     if bias is not None:

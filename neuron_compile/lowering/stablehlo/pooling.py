@@ -1,1 +1,321 @@
-"""(being written)"""
+"""2-D max / average / adaptive-average pooling and their backward ops.
+
+* max pooling is one variadic ``reduce_window`` over (value, flat index) pairs whose body keeps
+  eager PyTorch's choice: the larger value, ties to the smaller ``h * W + w`` index, and NaN wins
+  (the last NaN in scan order, as the CPU kernel's ``val > max || isnan(val)`` loop does). Its
+  backward scatter-adds grad_output at the saved indices, which is exact w.r.t. those ties.
+* average pooling is a ``reduce_window`` sum divided by torch's per-window divisor (a constant
+  computed here, so ``ceil_mode`` / ``count_include_pad`` / ``divisor_override`` all agree with
+  eager); its backward is the transposed window sum (interior/edge ``pad`` + ``reduce_window``).
+* adaptive average pooling is an average pooling when the input divides the output size, and
+  otherwise a product with constant averaging matrices along H and W.
+
+Sums accumulate in float32 for low-precision inputs and round once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+from ..context import LoweringContext
+from ..emit import TensorType, Value
+from ..registry import FLOATS, dtypes_in, lowering
+from .reduction import _minmax_init
+
+aten = torch.ops.aten
+floats = dtypes_in(*FLOATS)
+
+
+def _pair(value: Sequence[int] | int | None, default: Sequence[int]) -> list[int]:
+    if value is None or (not isinstance(value, int) and len(value) == 0):
+        return list(default)
+    values = [value] if isinstance(value, int) else list(value)
+    return [int(v) for v in values] * 2 if len(values) == 1 else [int(v) for v in values]
+
+
+def _window(
+    x: Value, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]
+) -> tuple[list[int], list[int], list[int]]:
+    """Window/stride/dilation over all of ``x``'s dims (leading batch/channel dims get 1)."""
+    lead = [1] * (x.rank - 2)
+    return lead + list(kernel), lead + list(stride), lead + list(dilation)
+
+
+def _padding(
+    x: Value, out_hw: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+    padding: Sequence[int], dilation: Sequence[int],
+) -> list[tuple[int, int]]:
+    """(low, high) padding for every dim so the window count is exactly ``out_hw``.
+
+    The high side covers ceil_mode's extra partial window; it is never negative (an overshoot of
+    less than one stride is absorbed by reduce_window's floor).
+    """
+    pads = [(0, 0)] * (x.rank - 2)
+    for size, out, k, s, p, d in zip(x.shape[-2:], out_hw, kernel, stride, padding, dilation, strict=True):
+        hi = (out - 1) * s + d * (k - 1) + 1 - size - p
+        pads.append((p, max(hi, 0)))
+    return pads
+
+
+# ---- max pooling ----------------------------------------------------------------------------
+def _max_with_index(ctx: LoweringContext, av: Value, ai: Value, bv: Value, bi: Value) -> list[Value]:
+    """Combiner of (value, index) pairs: a total order, so reduce_window may combine in any order.
+
+    Order: NaN above everything (among NaNs the larger index), then larger value, then (for equal
+    values) the smaller index.
+    """
+    e = ctx.emit
+    a_nan, b_nan = e.compare(av, av, "NE"), e.compare(bv, bv, "NE")
+    greater = e.compare(av, bv, "GT")
+    tie_first = e.binary("and", e.compare(av, bv, "EQ"), e.compare(ai, bi, "LT"))
+    a_wins_numeric = e.binary("or", greater, tie_first)
+    a_wins_nan = e.select(b_nan, e.compare(ai, bi, "GT"), e.scalar(True, torch.bool))
+    a_wins = e.select(a_nan, a_wins_nan, e.select(b_nan, e.scalar(False, torch.bool), a_wins_numeric))
+    return [e.select(a_wins, av, bv), e.select(a_wins, ai, bi)]
+
+
+def _plane_index(ctx: LoweringContext, x: Value) -> Value:
+    """``h * W + w`` for every element of ``x`` (int32: the 64-bit policy's index type)."""
+    e = ctx.emit
+    h, w = x.rank - 2, x.rank - 1
+    rows = e.iota(x.shape, h, torch.int32)
+    cols = e.iota(x.shape, w, torch.int32)
+    return e.binary("add", e.binary("multiply", rows, e.full(x.shape[w], x.shape, torch.int32)), cols)
+
+
+@lowering(aten.max_pool2d_with_indices.default, supports=floats)
+def _lower_max_pool2d_with_indices(
+    ctx: LoweringContext,
+    x: Value,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = 0,
+    dilation: Sequence[int] = 1,
+    ceil_mode: bool = False,
+) -> tuple[Value, Value]:
+    e = ctx.emit
+    kernel = _pair(kernel_size, ())
+    stride, padding, dilation = _pair(stride, kernel), _pair(padding, [0, 0]), _pair(dilation, [1, 1])
+    out_hw = ctx.out_type(0).shape[-2:]
+    window, strides, dilations = _window(x, kernel, stride, dilation)
+    pads = _padding(x, out_hw, kernel, stride, padding, dilation)
+    # Padding takes the init values: -inf with an index past every real one, so it never wins.
+    inits = [e.scalar(_minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
+    values, indices = e.reduce_window(
+        [x, _plane_index(ctx, x)], inits, window, strides, pads,
+        lambda av, ai, bv, bi: _max_with_index(ctx, av, ai, bv, bi), window_dilations=dilations,
+    )  # fmt: skip
+    return values, e.convert(indices, ctx.out_type(1).dtype)
+
+
+@lowering(aten.max_pool2d_with_indices_backward.default, supports=floats)
+def _lower_max_pool2d_with_indices_backward(
+    ctx: LoweringContext,
+    grad_out: Value,
+    x: Value,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    ceil_mode: bool,
+    indices: Value,
+) -> Value:
+    """Scatter-add grad_output at the forward's indices (offset to a global flat position)."""
+    e = ctx.emit
+    acc = ctx.compute_dtype(grad_out.dtype)
+    plane = x.shape[-2] * x.shape[-1]
+    planes = math.prod(x.shape[:-2])
+    per_plane = grad_out.shape[-2] * grad_out.shape[-1]
+    idx = e.reshape(e.convert(indices, torch.int32), [planes, per_plane])
+    base = e.binary(
+        "multiply", e.iota([planes, per_plane], 0, torch.int32), e.full(plane, [planes, per_plane], torch.int32)
+    )
+    flat_idx = e.reshape(e.binary("add", idx, base), [planes * per_plane, 1])
+    updates = e.reshape(e.convert(grad_out, acc), [planes * per_plane])
+    zeros = e.full(0, [planes * plane], acc)
+    grad = e.scatter(
+        zeros, flat_idx, updates, update_window_dims=[], inserted_window_dims=[0],
+        scatter_dims_to_operand_dims=[0], index_vector_dim=1, combiner="add",
+    )  # fmt: skip
+    return e.convert(e.reshape(grad, x.shape), ctx.out_dtype)
+
+
+# ---- average pooling ------------------------------------------------------------------------
+def _divisors(
+    in_hw: Sequence[int], out_hw: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
+    padding: Sequence[int], count_include_pad: bool, divisor_override: int | None,
+) -> np.ndarray:
+    """Eager's per-window divisor (aten/src/ATen/native/cpu/AvgPoolKernel.cpp), shape out_hw."""
+    if divisor_override:
+        return np.full(out_hw, float(divisor_override))
+    per_dim = []
+    for size, out, k, s, p in zip(in_hw, out_hw, kernel, stride, padding, strict=True):
+        start = np.arange(out) * s - p
+        end = np.minimum(start + k, size + p)
+        padded = end - start  # the window clipped to the padded input
+        real = np.minimum(end, size) - np.maximum(start, 0)
+        per_dim.append(padded if count_include_pad else real)
+    return np.outer(per_dim[0], per_dim[1]).astype(np.float64)
+
+
+def _divisor_value(ctx: LoweringContext, div: np.ndarray, shape: Sequence[int], dtype: torch.dtype) -> Value:
+    """The divisor as a splat when uniform, else an (OH, OW) constant broadcast to ``shape``."""
+    e = ctx.emit
+    if np.all(div == div.flat[0]):
+        return e.full(float(div.flat[0]), shape, dtype)
+    const = e.constant(div, TensorType(div.shape, dtype))
+    return e.broadcast_in_dim(const, shape, [len(shape) - 2, len(shape) - 1])
+
+
+def _avg_args(node: fx.Node) -> tuple[list[int], list[int], list[int], bool, bool, int | None]:
+    """kernel, stride, padding, ceil_mode, count_include_pad, divisor_override of a forward or
+    backward avg_pool2d node (the backward has grad_output first and no defaults)."""
+    args = list(node.args[1:] if node.target is aten.avg_pool2d.default else node.args[2:])
+    names = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
+    defaults = [None, (), 0, False, True, None]
+    values = [
+        args[i] if i < len(args) else node.kwargs.get(name, default)
+        for i, (name, default) in enumerate(zip(names, defaults, strict=True))
+    ]
+    kernel = _pair(values[0], ())
+    return kernel, _pair(values[1], kernel), _pair(values[2], [0, 0]), *values[3:]
+
+
+def _supports_avg_pool(node: fx.Node) -> str | None:
+    why = floats(node)
+    if why is not None:
+        return why
+    _, _, _, _, _, divisor_override = _avg_args(node)
+    if divisor_override is not None and divisor_override <= 0:
+        return "divisor_override must be positive"
+    return None
+
+
+@lowering(aten.avg_pool2d.default, supports=_supports_avg_pool)
+def _lower_avg_pool2d(ctx: LoweringContext, x: Value, *_: object, **__: object) -> Value:
+    e = ctx.emit
+    kernel, stride, padding, _, count_include_pad, divisor_override = _avg_args(ctx.node)
+    out = ctx.out_type()
+    acc = ctx.compute_dtype(x.dtype)
+    xf = e.convert(x, acc)
+    window, strides, dilations = _window(x, kernel, stride, [1, 1])
+    pads = _padding(x, out.shape[-2:], kernel, stride, padding, [1, 1])
+    (total,) = e.reduce_window(
+        [xf], [e.scalar(0, acc)], window, strides, pads, lambda a, b: [e.binary("add", a, b)]
+    )
+    div = _divisors(x.shape[-2:], out.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override)
+    mean = e.binary("divide", total, _divisor_value(ctx, div, total.shape, acc))
+    return e.convert(mean, out.dtype)
+
+
+def window_sum_transpose(
+    ctx: LoweringContext, g: Value, in_shape: Sequence[int], kernel: Sequence[int],
+    stride: Sequence[int], padding: Sequence[int],
+) -> Value:
+    """Adjoint of a 2-D window sum (window ``kernel``, ``stride``, low ``padding``): every input
+    element receives the sum of ``g`` over the windows that cover it (JAX's
+    ``_reduce_window_sum_transpose_rule``)."""
+    e = ctx.emit
+    lead = g.rank - 2
+    low, high, interior = [0] * lead, [0] * lead, [0] * lead
+    for size, out, k, s, p in zip(in_shape[-2:], g.shape[-2:], kernel, stride, padding, strict=True):
+        lo = k - 1 - p
+        low.append(lo)
+        high.append(size + k - 1 - ((out - 1) * s + 1) - lo)
+        interior.append(s - 1)
+    padded = e.pad(g, e.scalar(0, g.dtype), low, high, interior)
+    window = [1] * lead + list(kernel)
+    (total,) = e.reduce_window(
+        [padded], [e.scalar(0, g.dtype)], window, [1] * g.rank, [(0, 0)] * g.rank,
+        lambda a, b: [e.binary("add", a, b)],
+    )  # fmt: skip
+    return total
+
+
+@lowering(aten.avg_pool2d_backward.default, supports=_supports_avg_pool)
+def _lower_avg_pool2d_backward(ctx: LoweringContext, grad_out: Value, x: Value, *_: object, **__: object) -> Value:
+    e = ctx.emit
+    kernel, stride, padding, _, count_include_pad, divisor_override = _avg_args(ctx.node)
+    acc = ctx.compute_dtype(grad_out.dtype)
+    g = e.convert(grad_out, acc)
+    div = _divisors(x.shape[-2:], g.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override)
+    g = e.binary("divide", g, _divisor_value(ctx, div, g.shape, acc))
+    grad = window_sum_transpose(ctx, g, x.shape, kernel, stride, padding)
+    return e.convert(grad, ctx.out_dtype)
+
+
+# ---- adaptive average pooling ---------------------------------------------------------------
+def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+    """(out, size) averaging matrix of torch's adaptive windows [floor(i*size/out),
+    ceil((i+1)*size/out))."""
+    m = np.zeros((out, size))
+    for i in range(out):
+        start, end = (i * size) // out, -(-((i + 1) * size) // out)
+        m[i, start:end] = 1.0 / (end - start)
+    return m
+
+
+def _divisible(in_hw: Sequence[int], out_hw: Sequence[int]) -> bool:
+    return all(o > 0 and i % o == 0 for i, o in zip(in_hw, out_hw, strict=True))
+
+
+def _separable(ctx: LoweringContext, x: Value, mh: np.ndarray, mw: np.ndarray) -> Value:
+    """``mh @ x @ mw.T`` over the last two dims of ``x`` (two dot_generals with constants)."""
+    e = ctx.emit
+    lead = list(range(x.rank - 2))
+    ah = e.constant(mh, TensorType(mh.shape, x.dtype))
+    aw = e.constant(mw, TensorType(mw.shape, x.dtype))
+    # (..., H, W) x (OW, W) -> (..., H, OW); then (OH, H) x (..., H, OW) -> (OH, ..., OW)
+    y = e.dot_general(x, aw, ((x.rank - 1,), (1,)))
+    y = e.dot_general(ah, y, ((1,), (x.rank - 2,)))
+    return e.transpose(y, [*(d + 1 for d in lead), 0, x.rank - 1])
+
+
+def _supports_adaptive(node: fx.Node) -> str | None:
+    return floats(node)
+
+
+@lowering(aten._adaptive_avg_pool2d.default, supports=_supports_adaptive)
+def _lower_adaptive_avg_pool2d(ctx: LoweringContext, x: Value, output_size: Sequence[int]) -> Value:
+    e = ctx.emit
+    out = ctx.out_type()
+    in_hw, out_hw = x.shape[-2:], out.shape[-2:]
+    xf = e.convert(x, ctx.compute_dtype(x.dtype))
+    if _divisible(in_hw, out_hw):
+        kernel = [i // o for i, o in zip(in_hw, out_hw, strict=True)]
+        window, strides, _ = _window(x, kernel, kernel, [1, 1])
+        (total,) = e.reduce_window(
+            [xf], [e.scalar(0, xf.dtype)], window, strides, [(0, 0)] * x.rank,
+            lambda a, b: [e.binary("add", a, b)],
+        )  # fmt: skip
+        y = e.binary("divide", total, ctx.full_like(math.prod(kernel), total))
+    else:
+        y = _separable(ctx, xf, _adaptive_matrix(in_hw[0], out_hw[0]), _adaptive_matrix(in_hw[1], out_hw[1]))
+    return e.convert(y, out.dtype)
+
+
+@lowering(aten._adaptive_avg_pool2d_backward.default, supports=_supports_adaptive)
+def _lower_adaptive_avg_pool2d_backward(ctx: LoweringContext, grad_out: Value, x: Value) -> Value:
+    e = ctx.emit
+    in_hw, out_hw = x.shape[-2:], grad_out.shape[-2:]
+    g = e.convert(grad_out, ctx.compute_dtype(grad_out.dtype))
+    if _divisible(in_hw, out_hw):
+        kh, kw = (i // o for i, o in zip(in_hw, out_hw, strict=True))
+        lead = list(x.shape[:-2])
+        # Repeat each grad element over its (kh, kw) window, then divide by the window size.
+        spread = e.broadcast_in_dim(
+            e.reshape(g, [*lead, out_hw[0], 1, out_hw[1], 1]),
+            [*lead, out_hw[0], kh, out_hw[1], kw],
+            list(range(len(lead) + 4)),
+        )
+        grad = e.reshape(spread, x.shape)
+        grad = e.binary("divide", grad, ctx.full_like(kh * kw, grad))
+    else:
+        mh, mw = _adaptive_matrix(in_hw[0], out_hw[0]), _adaptive_matrix(in_hw[1], out_hw[1])
+        grad = _separable(ctx, g, mh.T.copy(), mw.T.copy())
+    return e.convert(grad, ctx.out_dtype)

@@ -23,7 +23,10 @@ def _dim(d: int, rank: int) -> int:
 
 
 @lowering(
-    aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.view_copy.default,
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.view_copy.default,
     supports=any_dtype,
 )
 def _lower_view(ctx: LoweringContext, x: Value, shape: Sequence[int]) -> Value:
@@ -31,7 +34,10 @@ def _lower_view(ctx: LoweringContext, x: Value, shape: Sequence[int]) -> Value:
 
 
 @lowering(
-    aten.alias.default, aten.clone.default, aten.detach.default, aten.lift_fresh_copy.default,
+    aten.alias.default,
+    aten.clone.default,
+    aten.detach.default,
+    aten.lift_fresh_copy.default,
     supports=any_dtype,
 )
 def _lower_identity(ctx: LoweringContext, x: Value, **_: object) -> Value:
@@ -57,12 +63,17 @@ def _lower_transpose(ctx: LoweringContext, x: Value, d0: int, d1: int) -> Value:
 
 
 @lowering(aten.expand.default, supports=any_dtype)
-def _lower_expand(ctx: LoweringContext, x: Value, size: Sequence[int], implicit: bool = False) -> Value:
+def _lower_expand(
+    ctx: LoweringContext, x: Value, size: Sequence[int], implicit: bool = False
+) -> Value:
     return ctx.broadcast_to(x, ctx.out_shape)
 
 
 @lowering(
-    aten.unsqueeze.default, aten.squeeze.dims, aten.squeeze.dim, aten.squeeze.default,
+    aten.unsqueeze.default,
+    aten.squeeze.dims,
+    aten.squeeze.dim,
+    aten.squeeze.default,
     supports=any_dtype,
 )
 def _lower_squeeze_unsqueeze(ctx: LoweringContext, x: Value, *_: object) -> Value:
@@ -71,7 +82,11 @@ def _lower_squeeze_unsqueeze(ctx: LoweringContext, x: Value, *_: object) -> Valu
 
 @lowering(aten.slice.Tensor, supports=any_dtype)
 def _lower_slice(
-    ctx: LoweringContext, x: Value, dim: int = 0, start: int | None = None, end: int | None = None,
+    ctx: LoweringContext,
+    x: Value,
+    dim: int = 0,
+    start: int | None = None,
+    end: int | None = None,
     step: int = 1,
 ) -> Value:
     dim = _dim(dim, x.rank)
@@ -109,7 +124,9 @@ def _split(ctx: LoweringContext, x: Value, sizes: Sequence[int], dim: int) -> li
 
 
 @lowering(aten.split_with_sizes.default, supports=any_dtype)
-def _lower_split_with_sizes(ctx: LoweringContext, x: Value, sizes: Sequence[int], dim: int = 0) -> list[Value]:
+def _lower_split_with_sizes(
+    ctx: LoweringContext, x: Value, sizes: Sequence[int], dim: int = 0
+) -> list[Value]:
     return _split(ctx, x, sizes, dim)
 
 
@@ -129,13 +146,19 @@ def _lower_cat(ctx: LoweringContext, xs: Sequence[Value], dim: int = 0) -> Value
 
 
 @lowering(aten.constant_pad_nd.default, supports=any_dtype)
-def _lower_constant_pad_nd(ctx: LoweringContext, x: Value, pad: Sequence[int], value: float = 0) -> Value:
+def _lower_constant_pad_nd(
+    ctx: LoweringContext, x: Value, pad: Sequence[int], value: float = 0
+) -> Value:
     low, high = [0] * x.rank, [0] * x.rank
     for i in range(len(pad) // 2):  # pad lists the last dim first
         low[x.rank - 1 - i], high[x.rank - 1 - i] = pad[2 * i], pad[2 * i + 1]
     # Negative padding crops: pad with the non-negative part, then slice.
     padded = ctx.emit.pad(
-        x, ctx.emit.scalar(value, x.dtype), [max(p, 0) for p in low], [max(p, 0) for p in high], [0] * x.rank
+        x,
+        ctx.emit.scalar(value, x.dtype),
+        [max(p, 0) for p in low],
+        [max(p, 0) for p in high],
+        [0] * x.rank,
     )
     if all(p >= 0 for p in low + high):
         return padded
@@ -145,10 +168,21 @@ def _lower_constant_pad_nd(ctx: LoweringContext, x: Value, pad: Sequence[int], v
 
 
 # ---- factories ------------------------------------------------------------------------------
-@lowering(aten.full.default, aten.full_like.default, aten.zeros_like.default, aten.ones_like.default,
-          aten.empty.memory_format, aten.empty_like.default, aten.zeros.default, aten.ones.default,
-          aten.new_zeros.default, aten.new_ones.default, aten.new_full.default,
-          aten.new_empty.default, supports=any_dtype)
+@lowering(
+    aten.full.default,
+    aten.full_like.default,
+    aten.zeros_like.default,
+    aten.ones_like.default,
+    aten.empty.memory_format,
+    aten.empty_like.default,
+    aten.zeros.default,
+    aten.ones.default,
+    aten.new_zeros.default,
+    aten.new_ones.default,
+    aten.new_full.default,
+    aten.new_empty.default,
+    supports=any_dtype,
+)
 def _lower_full(ctx: LoweringContext, *args: object, **_: object) -> Value:
     target = ctx.node.target
     if target in (aten.full.default, aten.full_like.default):
@@ -169,15 +203,19 @@ def _lower_fill(ctx: LoweringContext, x: Value, value: float) -> Value:
 
 @lowering(aten.arange.start_step, aten.arange.start, aten.arange.default, supports=any_dtype)
 def _lower_arange(ctx: LoweringContext, *args: object, **kwargs: object) -> Value:
-    numbers = [a for a in args if isinstance(a, (int, float))]
     start, step = 0, 1
+    if ctx.node.target in (aten.arange.start_step, aten.arange.start):
+        start = args[0]
     if ctx.node.target is aten.arange.start_step:
-        start, _, step = numbers[:3]
-    elif ctx.node.target is aten.arange.start:
-        start = numbers[0]
+        # step is optional (default 1): arange(0, n) traces as start_step(0, n).
+        step = args[2] if len(args) > 2 else kwargs.get("step", 1)
     out = ctx.out_type()
     e = ctx.emit
-    compute = torch.float32 if out.dtype.is_floating_point or isinstance(step, float) or isinstance(start, float) else out.dtype
+    compute = (
+        torch.float32
+        if out.dtype.is_floating_point or isinstance(step, float) or isinstance(start, float)
+        else out.dtype
+    )
     idx = e.iota(out.shape, 0, compute)
     if step != 1:
         idx = e.binary("multiply", idx, e.full(step, out.shape, compute))

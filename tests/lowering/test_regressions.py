@@ -1,0 +1,33 @@
+"""Regression tests for lowering bugs found by the model-level parity tests (one test per bug)."""
+
+from __future__ import annotations
+
+import torch
+from torch.testing import FileCheck
+
+from tests.helpers import lower_to_text
+
+
+def _compiled(fn):
+    return torch.compile(fn, backend="neuron", dynamic=False)
+
+
+def test_arange_without_step_traces_as_start_step():
+    # torch.arange(n) reaches the backend as aten.arange.start_step(0, n) with no step argument;
+    # the rule used to unpack three numbers and failed on every position-embedding model.
+    def fn(x):
+        t = x.shape[0]
+        return x + torch.arange(t) + torch.arange(2, 2 + t) + torch.arange(0, 2 * t, 2)
+
+    x = torch.randn(5)
+    torch.testing.assert_close(_compiled(fn)(x), fn(x))
+    FileCheck().check("stablehlo.iota").check_not("custom_call").run(lower_to_text(fn, x))
+
+
+def test_arange_float_start_and_int_dtype():
+    def fn(x):
+        t = x.shape[0]
+        return x + torch.arange(0.5, t + 0.5) + torch.arange(1, 3 * t + 1, 3, dtype=torch.int32)
+
+    x = torch.randn(4)
+    torch.testing.assert_close(_compiled(fn)(x), fn(x))

@@ -1,0 +1,31 @@
+"""NeuronConfig: options > env > defaults; unknown keys are coded errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from neuron_compile.config import ENV_VARS, OPTION_KEYS, load_config
+from neuron_compile.errors import OptionsError
+
+
+def test_defaults():
+    cfg = load_config({}, env={})
+    assert cfg.sixty_four_bit == "downcast" and cfg.verify is True and cfg.dump_dir is None
+
+
+def test_every_option_has_a_prefixed_env_var():
+    assert set(ENV_VARS) == set(OPTION_KEYS)
+    assert all(v.startswith("NEURON_COMPILE_") for v in ENV_VARS.values())
+
+
+def test_env_then_options_precedence():
+    env = {"NEURON_COMPILE_64BIT": "error", "NEURON_COMPILE_VERIFY": "0", "NEURON_COMPILE_DUMP_DIR": "/d"}
+    cfg = load_config({}, env=env)
+    assert (cfg.sixty_four_bit, cfg.verify, cfg.dump_dir) == ("error", False, "/d")
+    cfg = load_config({"sixty_four_bit": "downcast"}, env=env)
+    assert cfg.sixty_four_bit == "downcast"
+
+
+def test_bad_env_boolean_is_coded():
+    with pytest.raises(OptionsError, match="NC001"):
+        load_config({}, env={"NEURON_COMPILE_VERIFY": "maybe"})
