@@ -17,10 +17,13 @@ from neuron_compile.passes import PIPELINE, run_pipeline
 
 def trace_aten(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
     """ATen graph of ``fn`` with the backend's decompositions and ``meta['val']`` on nodes."""
+
     def positional(*a: Any) -> Any:  # make_fx counts parameters; F.silu(x, inplace=False) has 2
         return fn(*a)
 
-    return make_fx(positional, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*args)
+    return make_fx(positional, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(
+        *args
+    )
 
 
 def lower_to_text(fn: Callable[..., Any], *args: Any, pretty: bool = True) -> str:

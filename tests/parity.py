@@ -38,7 +38,9 @@ def assert_grads_close(
 ) -> None:
     assert actual.keys() == expected.keys()
     for name, want in expected.items():
-        torch.testing.assert_close(actual[name], want, msg=lambda m, n=name: f"grad of {n}: {m}", **tol)
+        torch.testing.assert_close(
+            actual[name], want, msg=lambda m, n=name: f"grad of {n}: {m}", **tol
+        )
 
 
 def normwise_error(actual: torch.Tensor, expected: torch.Tensor) -> float:

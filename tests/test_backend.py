@@ -19,8 +19,11 @@ from neuron_compile.shapes import RecompileWarning
 
 def _run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=300,
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
     )
 
 
@@ -80,7 +83,9 @@ def test_name_clash_with_another_distribution_warns_once(tmp_path):
     # same entry-point name but cannot be installed here (its PyPI package is a placeholder).
     dist = tmp_path / "fake_torch_neuronx-0.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fake-torch-neuronx\nVersion: 0.0\n")
+    (dist / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: fake-torch-neuronx\nVersion: 0.0\n"
+    )
     (dist / "entry_points.txt").write_text(
         "[torch_dynamo_backends]\nneuron = fake_torch_neuronx:backend\n"
     )
@@ -229,7 +234,9 @@ def test_verifier_error_is_a_coded_bug_report_naming_the_node(monkeypatch):
     def broken_rule(ctx, x):  # passes our Python type check, fails the MLIR verifier
         return ctx.emit.op1("add", [x], x.type)
 
-    monkeypatch.setitem(registry._LOWERINGS, key, registry.Lowering(broken_rule, registry.always, "stablehlo"))
+    monkeypatch.setitem(
+        registry._LOWERINGS, key, registry.Lowering(broken_rule, registry.always, "stablehlo")
+    )
 
     def model(x):
         return torch.sin(x) * 2

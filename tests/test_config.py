@@ -19,7 +19,11 @@ def test_every_option_has_a_prefixed_env_var():
 
 
 def test_env_then_options_precedence():
-    env = {"NEURON_COMPILE_64BIT": "error", "NEURON_COMPILE_VERIFY": "0", "NEURON_COMPILE_DUMP_DIR": "/d"}
+    env = {
+        "NEURON_COMPILE_64BIT": "error",
+        "NEURON_COMPILE_VERIFY": "0",
+        "NEURON_COMPILE_DUMP_DIR": "/d",
+    }
     cfg = load_config({}, env=env)
     assert (cfg.sixty_four_bit, cfg.verify, cfg.dump_dir) == ("error", False, "/d")
     cfg = load_config({"sixty_four_bit": "downcast"}, env=env)

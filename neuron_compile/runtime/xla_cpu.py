@@ -51,8 +51,10 @@ def _importer():
 
 
 def platform_version() -> str:
+    import jaxlib
+
     backend, _, _, _ = _client()
-    return f"{backend.platform} {backend.platform_version}"
+    return f"XLA:{backend.platform.upper()} (jaxlib {jaxlib.__version__})"
 
 
 class XlaCpuExecutable:

@@ -15,7 +15,9 @@ def _targets(gm: torch.fx.GraphModule) -> list:
 
 
 def test_removes_clone_alias_and_same_shape_view():
-    gm = trace_aten(lambda x: torch.ops.aten.alias(torch.relu(x.clone().view(4, 8))) * 2, torch.randn(4, 8))
+    gm = trace_aten(
+        lambda x: torch.ops.aten.alias(torch.relu(x.clone().view(4, 8))) * 2, torch.randn(4, 8)
+    )
     assert aten.clone.default in _targets(gm)
     assert remove_noops(gm) is True
     gm.recompile()

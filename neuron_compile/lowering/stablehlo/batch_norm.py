@@ -1,1 +1,187 @@
-"""(being written)"""
+"""Batch normalization forward (training and inference) for any input rank ``(N, C, *)``.
+
+Statistics, normalization and the running-stat update are computed in float32 for low-precision
+inputs and rounded once, as eager PyTorch does. The training update follows eager:
+``new_running_mean = (1 - momentum) * running_mean + momentum * mean`` and
+``new_running_var = (1 - momentum) * running_var + momentum * var * n / (n - 1)`` (unbiased).
+
+The backward needs no rule: AOTAutograd decomposes ``native_batch_norm_backward`` into
+elementwise ops and sums. The in-place forms (``native_batch_norm`` and
+``_native_batch_norm_legit`` with running stats in training mode) would update the running stats
+by mutation, which a pure StableHLO function cannot express; functionalization turns them into
+``_native_batch_norm_legit_functional`` before we see them, so their predicates reject only that
+case, with a reason.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from ..context import LoweringContext
+from ..emit import Value
+from ..registry import FLOATS, dtypes_in, lowering
+from .reduction import moments
+
+aten = torch.ops.aten
+floats = dtypes_in(*FLOATS)
+
+Outputs = tuple[Value, Value, Value]
+
+
+def _per_channel(ctx: LoweringContext, v: Value, like: Value) -> Value:
+    """Broadcast a (C,) vector along dim 1 of ``like`` in ``like``'s dtype."""
+    return ctx.emit.broadcast_in_dim(ctx.emit.convert(v, like.dtype), like.shape, [1])
+
+
+def _affine(
+    ctx: LoweringContext, xf: Value, mean: Value, rstd: Value, weight: Value | None, bias: Value | None
+) -> Value:
+    """``(x - mean) * rstd * weight + bias`` with (C,) statistics, in xf's dtype."""
+    e = ctx.emit
+    y = e.binary("subtract", xf, _per_channel(ctx, mean, xf))
+    y = e.binary("multiply", y, _per_channel(ctx, rstd, xf))
+    if weight is not None:
+        y = e.binary("multiply", y, _per_channel(ctx, weight, xf))
+    if bias is not None:
+        y = e.binary("add", y, _per_channel(ctx, bias, xf))
+    return y
+
+
+def _batch_stats(ctx: LoweringContext, xf: Value, eps: float) -> tuple[Value, Value, Value]:
+    """(mean, biased var, rstd), each (C,), over every dim but the channel dim."""
+    e = ctx.emit
+    mean, var = moments(ctx, xf, [0, *range(2, xf.rank)])
+    mean, var = e.reshape(mean, [xf.shape[1]]), e.reshape(var, [xf.shape[1]])
+    rstd = e.unary("rsqrt", e.binary("add", var, ctx.full_like(eps, var)))
+    return mean, var, rstd
+
+
+def _ema(ctx: LoweringContext, running: Value, batch: Value, momentum: float, index: int) -> Value:
+    """``(1 - momentum) * running + momentum * batch``, in the running stat's dtype."""
+    e = ctx.emit
+    acc = batch.dtype
+    old = e.binary("multiply", e.convert(running, acc), ctx.full_like(1 - momentum, batch))
+    new = e.binary("add", old, e.binary("multiply", batch, ctx.full_like(momentum, batch)))
+    return e.convert(new, ctx.out_type(index).dtype)
+
+
+def _saved(ctx: LoweringContext, stat: Value, index: int) -> Value:
+    """Saved statistic ``index`` of the node; CPU returns empty (0,) tensors in eval mode."""
+    out = ctx.out_type(index)
+    if out.shape == (0,):
+        return ctx.emit.full(0, out.shape, out.dtype)
+    return ctx.emit.convert(stat, out.dtype)
+
+
+def _train(
+    ctx: LoweringContext, x: Value, weight: Value | None, bias: Value | None, eps: float
+) -> tuple[Value, Value, Value, Value]:
+    """(output, save_mean, save_rstd, biased var); the var stays in the compute dtype."""
+    xf = ctx.emit.convert(x, ctx.compute_dtype(x.dtype))
+    mean, var, rstd = _batch_stats(ctx, xf, eps)
+    y = ctx.emit.convert(_affine(ctx, xf, mean, rstd, weight, bias), ctx.out_type(0).dtype)
+    return y, _saved(ctx, mean, 1), _saved(ctx, rstd, 2), var
+
+
+def _eval(
+    ctx: LoweringContext, x: Value, weight: Value | None, bias: Value | None,
+    running_mean: Value, running_var: Value, eps: float,
+) -> Outputs:
+    e = ctx.emit
+    acc = ctx.compute_dtype(x.dtype)
+    xf = e.convert(x, acc)
+    mean, var = e.convert(running_mean, acc), e.convert(running_var, acc)
+    rstd = e.unary("rsqrt", e.binary("add", var, ctx.full_like(eps, var)))
+    y = e.convert(_affine(ctx, xf, mean, rstd, weight, bias), ctx.out_type(0).dtype)
+    return y, _saved(ctx, mean, 1), _saved(ctx, rstd, 2)
+
+
+def _unbiased(ctx: LoweringContext, x: Value, var: Value) -> Value:
+    n = x.shape[0] * (x.rank > 2 and int(torch.Size(x.shape[2:]).numel()) or 1)
+    factor = n / (n - 1) if n > 1 else float("nan")  # eager: 0 / 0 for a single value
+    return ctx.emit.binary("multiply", var, ctx.full_like(factor, var))
+
+
+@lowering(aten._native_batch_norm_legit_functional.default, supports=floats)
+def _lower_native_batch_norm_legit_functional(
+    ctx: LoweringContext,
+    x: Value,
+    weight: Value | None,
+    bias: Value | None,
+    running_mean: Value | None,
+    running_var: Value | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[Value, Value, Value, Value | None, Value | None]:
+    """Returns (out, save_mean, save_rstd, new_running_mean, new_running_var)."""
+    if not training:
+        return (*_eval(ctx, x, weight, bias, running_mean, running_var, eps), running_mean, running_var)
+    y, save_mean, save_rstd, var = _train(ctx, x, weight, bias, eps)
+    mean = ctx.emit.convert(save_mean, var.dtype)
+    new_mean = new_var = None
+    if running_mean is not None:
+        new_mean = _ema(ctx, running_mean, mean, momentum, 3)
+    if running_var is not None:
+        new_var = _ema(ctx, running_var, _unbiased(ctx, x, var), momentum, 4)
+    return y, save_mean, save_rstd, new_mean, new_var
+
+
+@lowering(aten._native_batch_norm_legit_no_training.default, supports=floats)
+def _lower_native_batch_norm_legit_no_training(
+    ctx: LoweringContext,
+    x: Value,
+    weight: Value | None,
+    bias: Value | None,
+    running_mean: Value,
+    running_var: Value,
+    momentum: float,
+    eps: float,
+) -> Outputs:
+    return _eval(ctx, x, weight, bias, running_mean, running_var, eps)
+
+
+@lowering(aten._native_batch_norm_legit.no_stats, supports=floats)
+def _lower_native_batch_norm_legit_no_stats(
+    ctx: LoweringContext,
+    x: Value,
+    weight: Value | None,
+    bias: Value | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> Outputs:
+    """No running stats (``track_running_stats=False``): always normalizes with batch stats."""
+    return _train(ctx, x, weight, bias, eps)[:3]
+
+
+def _no_inplace_update(node: fx.Node) -> str | None:
+    """The in-place forms are lowerable unless they would update running stats by mutation."""
+    why = floats(node)
+    if why is not None:
+        return why
+    _, _, _, running_mean, running_var, training = node.args[:6]
+    if training and (running_mean is not None or running_var is not None):
+        return (
+            "training-mode batch norm updates running_mean/running_var in place; only its "
+            "functionalized form (_native_batch_norm_legit_functional) is lowered"
+        )
+    return None
+
+
+@lowering(aten._native_batch_norm_legit.default, aten.native_batch_norm.default, supports=_no_inplace_update)
+def _lower_native_batch_norm(
+    ctx: LoweringContext,
+    x: Value,
+    weight: Value | None,
+    bias: Value | None,
+    running_mean: Value | None,
+    running_var: Value | None,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> Outputs:
+    if training:  # the predicate guarantees there are no running stats to update
+        return _train(ctx, x, weight, bias, eps)[:3]
+    return _eval(ctx, x, weight, bias, running_mean, running_var, eps)

@@ -113,7 +113,13 @@ def _lower_max_pool2d_with_indices(
     return values, e.convert(indices, ctx.out_type(1).dtype)
 
 
-@lowering(aten.max_pool2d_with_indices_backward.default, supports=floats)
+def _float_values(node: fx.Node) -> str | None:
+    """Like ``floats`` but ignores the int64 ``indices`` operand of the max-pool backward."""
+    val = node.args[0].meta.get("val")
+    return None if val.dtype in FLOATS else f"dtype {val.dtype} not supported"
+
+
+@lowering(aten.max_pool2d_with_indices_backward.default, supports=_float_values)
 def _lower_max_pool2d_with_indices_backward(
     ctx: LoweringContext,
     grad_out: Value,
@@ -172,42 +178,28 @@ def _divisor_value(ctx: LoweringContext, div: np.ndarray, shape: Sequence[int], 
     return e.broadcast_in_dim(const, shape, [len(shape) - 2, len(shape) - 1])
 
 
-def _avg_args(node: fx.Node) -> tuple[list[int], list[int], list[int], bool, bool, int | None]:
-    """kernel, stride, padding, ceil_mode, count_include_pad, divisor_override of a forward or
-    backward avg_pool2d node (the backward has grad_output first and no defaults)."""
-    args = list(node.args[1:] if node.target is aten.avg_pool2d.default else node.args[2:])
-    names = ["kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"]
-    defaults = [None, (), 0, False, True, None]
-    values = [
-        args[i] if i < len(args) else node.kwargs.get(name, default)
-        for i, (name, default) in enumerate(zip(names, defaults, strict=True))
-    ]
-    kernel = _pair(values[0], ())
-    return kernel, _pair(values[1], kernel), _pair(values[2], [0, 0]), *values[3:]
-
-
-def _supports_avg_pool(node: fx.Node) -> str | None:
-    why = floats(node)
-    if why is not None:
-        return why
-    _, _, _, _, _, divisor_override = _avg_args(node)
-    if divisor_override is not None and divisor_override <= 0:
-        return "divisor_override must be positive"
-    return None
-
-
-@lowering(aten.avg_pool2d.default, supports=_supports_avg_pool)
-def _lower_avg_pool2d(ctx: LoweringContext, x: Value, *_: object, **__: object) -> Value:
+@lowering(aten.avg_pool2d.default, supports=floats)
+def _lower_avg_pool2d(
+    ctx: LoweringContext,
+    x: Value,
+    kernel_size: Sequence[int],
+    stride: Sequence[int] = (),
+    padding: Sequence[int] = 0,
+    ceil_mode: bool = False,
+    count_include_pad: bool = True,
+    divisor_override: int | None = None,
+) -> Value:
     e = ctx.emit
-    kernel, stride, padding, _, count_include_pad, divisor_override = _avg_args(ctx.node)
+    kernel = _pair(kernel_size, ())
+    stride, padding = _pair(stride, kernel), _pair(padding, [0, 0])
     out = ctx.out_type()
     acc = ctx.compute_dtype(x.dtype)
-    xf = e.convert(x, acc)
-    window, strides, dilations = _window(x, kernel, stride, [1, 1])
+    window, strides, _ = _window(x, kernel, stride, [1, 1])
     pads = _padding(x, out.shape[-2:], kernel, stride, padding, [1, 1])
     (total,) = e.reduce_window(
-        [xf], [e.scalar(0, acc)], window, strides, pads, lambda a, b: [e.binary("add", a, b)]
-    )
+        [e.convert(x, acc)], [e.scalar(0, acc)], window, strides, pads,
+        lambda a, b: [e.binary("add", a, b)],
+    )  # fmt: skip
     div = _divisors(x.shape[-2:], out.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override)
     mean = e.binary("divide", total, _divisor_value(ctx, div, total.shape, acc))
     return e.convert(mean, out.dtype)
@@ -237,10 +229,21 @@ def window_sum_transpose(
     return total
 
 
-@lowering(aten.avg_pool2d_backward.default, supports=_supports_avg_pool)
-def _lower_avg_pool2d_backward(ctx: LoweringContext, grad_out: Value, x: Value, *_: object, **__: object) -> Value:
+@lowering(aten.avg_pool2d_backward.default, supports=floats)
+def _lower_avg_pool2d_backward(
+    ctx: LoweringContext,
+    grad_out: Value,
+    x: Value,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    ceil_mode: bool,
+    count_include_pad: bool,
+    divisor_override: int | None,
+) -> Value:
     e = ctx.emit
-    kernel, stride, padding, _, count_include_pad, divisor_override = _avg_args(ctx.node)
+    kernel = _pair(kernel_size, ())
+    stride, padding = _pair(stride, kernel), _pair(padding, [0, 0])
     acc = ctx.compute_dtype(grad_out.dtype)
     g = e.convert(grad_out, acc)
     div = _divisors(x.shape[-2:], g.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override)
@@ -276,11 +279,7 @@ def _separable(ctx: LoweringContext, x: Value, mh: np.ndarray, mw: np.ndarray) -
     return e.transpose(y, [*(d + 1 for d in lead), 0, x.rank - 1])
 
 
-def _supports_adaptive(node: fx.Node) -> str | None:
-    return floats(node)
-
-
-@lowering(aten._adaptive_avg_pool2d.default, supports=_supports_adaptive)
+@lowering(aten._adaptive_avg_pool2d.default, supports=floats)
 def _lower_adaptive_avg_pool2d(ctx: LoweringContext, x: Value, output_size: Sequence[int]) -> Value:
     e = ctx.emit
     out = ctx.out_type()
@@ -299,7 +298,7 @@ def _lower_adaptive_avg_pool2d(ctx: LoweringContext, x: Value, output_size: Sequ
     return e.convert(y, out.dtype)
 
 
-@lowering(aten._adaptive_avg_pool2d_backward.default, supports=_supports_adaptive)
+@lowering(aten._adaptive_avg_pool2d_backward.default, supports=floats)
 def _lower_adaptive_avg_pool2d_backward(ctx: LoweringContext, grad_out: Value, x: Value) -> Value:
     e = ctx.emit
     in_hw, out_hw = x.shape[-2:], grad_out.shape[-2:]

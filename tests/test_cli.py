@@ -1,0 +1,38 @@
+"""The neuron-compile CLI, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "neuron_compile", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_help_lists_subcommands():
+    proc = _cli("--help")
+    assert proc.returncode == 0 and "info" in proc.stdout and "ops" in proc.stdout
+
+
+def test_info_json_reports_versions_and_names():
+    proc = _cli("--json", "info")
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["versions"]["torch"].startswith("2.1")
+    assert info["backend_names"] == ["neuron", "neuron_compile"]
+    assert info["executor"].startswith("XLA:CPU")
+
+
+def test_ops_json_lists_registered_lowerings():
+    proc = _cli("--json", "ops")
+    info = json.loads(proc.stdout)
+    assert "aten.addmm.default" in info["ops"] and info["count"] == len(info["ops"]) > 50
+
+
+def test_unknown_subcommand_fails_with_usage():
+    proc = _cli("frobnicate")
+    assert proc.returncode == 2 and "usage" in proc.stderr
