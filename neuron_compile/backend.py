@@ -6,6 +6,7 @@ forward / backward / inference compilers, boxed calling convention) -> ``compile
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import threading
@@ -14,6 +15,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from . import registration
@@ -38,33 +40,36 @@ def _warn_once(key: str, message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
-def _model_name(gm: fx.GraphModule) -> str:
-    """Class name of the traced module (``MyNet.forward`` -> ``MyNet``), else the function name."""
-    from torch._guards import TracingContext
+def _model_name() -> str:
+    """Class name of the module whose frame Dynamo is compiling, else the function's name."""
+    try:  # private API: degrade to a generic name if a torch release moves it
+        from torch._dynamo.symbolic_convert import InstructionTranslator
 
-    ctx = TracingContext.try_get()
-    codes = getattr(ctx, "traced_code", None) or []
-    # Codes are recorded as their tracing finishes, so the root module's forward, which finishes
-    # last, is the last `Class.forward`.
-    forwards = [c for c in codes if c.co_name == "forward" and "." in getattr(c, "co_qualname", "")]
-    codes = forwards[-1:] or codes[:1]
-    if codes:
-        qualname = getattr(codes[0], "co_qualname", codes[0].co_name)
-        parts = [p for p in qualname.split(".") if p != "<locals>"]
-        name = parts[-2] if len(parts) >= 2 and parts[-1] == "forward" else parts[-1]
-        return "".join(c if c.isalnum() or c == "_" else "_" for c in name) or "graph"
-    return "graph"
+        tx = InstructionTranslator.current_tx()
+        f_locals, code = tx.f_locals, tx.f_code
+    except Exception:
+        return "graph"
+    # `self` for model.forward; `fn` for the wrapper Dynamo compiles around Module.__call__.
+    for value in f_locals.values():
+        if isinstance(value, torch.nn.Module):
+            return type(value).__name__
+    name = code.co_name
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_") or "graph"
 
 
 def compile_frame(
-    gm: fx.GraphModule, example_inputs: Sequence[Any], cfg: NeuronConfig, *, recompile: bool = False
+    gm: fx.GraphModule,
+    example_inputs: Sequence[Any],
+    cfg: NeuronConfig,
+    *,
+    model: str,
+    recompile: bool = False,
 ) -> Any:
     """Run AOTAutograd on one static Dynamo graph with our compilers for each resulting graph."""
     from torch._dynamo.backends.common import aot_autograd
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     aot_id = next(_aot_ids)
-    model = cfg.model_name or _model_name(gm)
     counters = dict.fromkeys(("forward", "backward", "inference"), 0)
     start = time.perf_counter()
 
@@ -109,6 +114,7 @@ def neuron_backend(
 ) -> Any:
     """Dynamo backend registered as ``neuron`` and ``neuron_compile``."""
     cfg = load_config(options)
+    model = cfg.model_name or _model_name()
     registration.warn_if_name_clash()
     if mode not in (None, "default"):
         _warn_once(
@@ -131,5 +137,5 @@ def neuron_backend(
         # Automatic dynamic (dynamic=None, a second shape seen): compile one static graph per
         # concrete shape instead of failing a user who simply called the model twice.
         log.info("automatic dynamic shapes: specializing per concrete shape (%s)", symbolic)
-        return ShapeSpecializer(gm, cfg, compile_frame)
-    return compile_frame(gm, example_inputs, cfg)
+        return ShapeSpecializer(gm, cfg, functools.partial(compile_frame, model=model))
+    return compile_frame(gm, example_inputs, cfg, model=model)

@@ -15,6 +15,8 @@ case, with a reason.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.fx as fx
 
@@ -76,12 +78,12 @@ def _saved(ctx: LoweringContext, stat: Value, index: int) -> Value:
 
 def _train(
     ctx: LoweringContext, x: Value, weight: Value | None, bias: Value | None, eps: float
-) -> tuple[Value, Value, Value, Value]:
-    """(output, save_mean, save_rstd, biased var); the var stays in the compute dtype."""
+) -> tuple[Outputs, Value, Value]:
+    """((output, save_mean, save_rstd), mean, biased var); the last two in the compute dtype."""
     xf = ctx.emit.convert(x, ctx.compute_dtype(x.dtype))
     mean, var, rstd = _batch_stats(ctx, xf, eps)
     y = ctx.emit.convert(_affine(ctx, xf, mean, rstd, weight, bias), ctx.out_type(0).dtype)
-    return y, _saved(ctx, mean, 1), _saved(ctx, rstd, 2), var
+    return (y, _saved(ctx, mean, 1), _saved(ctx, rstd, 2)), mean, var
 
 
 def _eval(
@@ -98,7 +100,7 @@ def _eval(
 
 
 def _unbiased(ctx: LoweringContext, x: Value, var: Value) -> Value:
-    n = x.shape[0] * (x.rank > 2 and int(torch.Size(x.shape[2:]).numel()) or 1)
+    n = math.prod(x.shape) // x.shape[1]
     factor = n / (n - 1) if n > 1 else float("nan")  # eager: 0 / 0 for a single value
     return ctx.emit.binary("multiply", var, ctx.full_like(factor, var))
 
@@ -118,14 +120,13 @@ def _lower_native_batch_norm_legit_functional(
     """Returns (out, save_mean, save_rstd, new_running_mean, new_running_var)."""
     if not training:
         return (*_eval(ctx, x, weight, bias, running_mean, running_var, eps), running_mean, running_var)
-    y, save_mean, save_rstd, var = _train(ctx, x, weight, bias, eps)
-    mean = ctx.emit.convert(save_mean, var.dtype)
+    outs, mean, var = _train(ctx, x, weight, bias, eps)
     new_mean = new_var = None
     if running_mean is not None:
         new_mean = _ema(ctx, running_mean, mean, momentum, 3)
     if running_var is not None:
         new_var = _ema(ctx, running_var, _unbiased(ctx, x, var), momentum, 4)
-    return y, save_mean, save_rstd, new_mean, new_var
+    return (*outs, new_mean, new_var)
 
 
 @lowering(aten._native_batch_norm_legit_no_training.default, supports=floats)
@@ -153,7 +154,7 @@ def _lower_native_batch_norm_legit_no_stats(
     eps: float,
 ) -> Outputs:
     """No running stats (``track_running_stats=False``): always normalizes with batch stats."""
-    return _train(ctx, x, weight, bias, eps)[:3]
+    return _train(ctx, x, weight, bias, eps)[0]
 
 
 def _no_inplace_update(node: fx.Node) -> str | None:
@@ -183,5 +184,5 @@ def _lower_native_batch_norm(
     eps: float,
 ) -> Outputs:
     if training:  # the predicate guarantees there are no running stats to update
-        return _train(ctx, x, weight, bias, eps)[:3]
+        return _train(ctx, x, weight, bias, eps)[0]
     return _eval(ctx, x, weight, bias, running_mean, running_var, eps)
