@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 
 class ConvNet(nn.Module):
-    """conv-bn-relu-maxpool -> strided grouped conv-bn-relu -> conv-bn-relu -> global average
-    pool -> linear."""
+    """conv-bn-relu-maxpool -> strided grouped conv (with bias)-relu -> conv-bn-relu -> global
+    average pool -> linear."""
 
     def __init__(self, in_ch: int = 3, width: int = 16, n_classes: int = 10) -> None:
         super().__init__()
@@ -32,10 +32,10 @@ class ConvNet(nn.Module):
             nn.BatchNorm2d(width),
             nn.ReLU(),
             nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1, groups=2, bias=False),
-            nn.BatchNorm2d(2 * width),
+            nn.Conv2d(width, 2 * width, 3, stride=2, padding=1, groups=2),
             nn.ReLU(),
-            nn.Conv2d(2 * width, 2 * width, 3, padding=1),
+            # No bias before a BatchNorm: the normalization cancels it (its gradient is zero).
+            nn.Conv2d(2 * width, 2 * width, 3, padding=1, bias=False),
             nn.BatchNorm2d(2 * width),
             nn.ReLU(),
             nn.AdaptiveAvgPool2d(1),
@@ -47,7 +47,11 @@ class ConvNet(nn.Module):
 
 
 def make_data(
-    n_batches: int, batch: int = 32, n_classes: int = 10, size: int = 16, seed: int = 0,
+    n_batches: int,
+    batch: int = 32,
+    n_classes: int = 10,
+    size: int = 16,
+    seed: int = 0,
     noise: float = 1.0,
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Batches of (class pattern + noise, label). The class patterns are the same for every call;
@@ -63,7 +67,10 @@ def make_data(
 
 
 def train(
-    model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], *, backend: str | None,
+    model: nn.Module,
+    batches: list[tuple[torch.Tensor, torch.Tensor]],
+    *,
+    backend: str | None,
     lr: float = 0.05,
 ) -> list[float]:
     """SGD-with-momentum steps over ``batches``; ``backend=None`` trains eagerly."""

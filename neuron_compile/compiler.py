@@ -21,6 +21,7 @@ from .config import NeuronConfig
 from .dump import dump_graph
 from .errors import BUG_HINT, DtypePolicyError, ExecutorError, VerifierError
 from .lowering import lower_graph
+from .lowering.context import canonical_dtype
 from .lowering.lower_graph import LoweredGraph
 from .metrics import GraphRecord, add_record
 from .passes import PIPELINE, run_pipeline
@@ -51,32 +52,42 @@ class CompiledGraph:
         self.record = record
         self.lowered = lowered
         self._exe = executable
+        # Per-call plans, precomputed so a call does no dict/list setup beyond its results:
+        # (graph-input index or -1, constant or None, dtype @main takes).
         self._inputs = [
             (spec.index, constants.get(spec.attr) if spec.attr else None, spec.arg_dtype)
             for spec in lowered.inputs
         ]
         self._outputs = [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs]
+        self._passthrough = [o.index for o in lowered.outputs if o.kind == "input"]
+        # Graph outputs are exactly @main's results, in order: hand the result list back as is.
+        self._results_only = all(
+            o.kind == "result" and o.index == i and canonical_dtype(o.dtype) == o.dtype
+            for i, o in enumerate(lowered.outputs)
+        )
 
     def __call__(self, args: list[Any]) -> list[Any]:
         self.record.calls += 1
         ins = []
         for index, const, dtype in self._inputs:
-            t = const if const is not None else args[index]
+            t = args[index] if const is None else const
             if t.dtype != dtype:
                 t = t.to(dtype)
-            if t.requires_grad:
-                t = t.detach()
+            # No detach(): the executor's dlpack export ignores autograd metadata.
             ins.append(t if t.is_contiguous() else t.contiguous())
-        passthrough = {o[1]: args[o[1]] for o in self._outputs if o[0] == "input"}
+        kept = [args[i] for i in self._passthrough] if self._passthrough else ()
         args.clear()  # boxed convention: let the caller's references go before we run
         results = self._exe(ins)
+        if self._results_only:
+            return results
         outs: list[Any] = []
+        inputs = iter(kept)
         for kind, index, dtype, value in self._outputs:
             if kind == "result":
                 r = results[index]
                 outs.append(r if r.dtype == dtype else r.to(dtype))
             elif kind == "input":
-                outs.append(passthrough[index])
+                outs.append(next(inputs))
             elif kind == "none":
                 outs.append(None)
             else:

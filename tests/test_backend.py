@@ -161,8 +161,13 @@ def test_mark_dynamic_is_rejected_naming_the_dim():
     assert err.code == "NC201" and "mark_dynamic" in str(err) and "dim 0" in str(err)
 
 
+class Doubler(torch.nn.Module):
+    def forward(self, x):
+        return (x * 2).sum(0)
+
+
 def test_automatic_dynamic_specializes_per_shape_and_counts_recompiles():
-    f = torch.compile(lambda x: (x * 2).sum(0), backend="neuron")
+    f = torch.compile(Doubler(), backend="neuron")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for n in (2, 3, 4, 3):
@@ -173,6 +178,7 @@ def test_automatic_dynamic_specializes_per_shape_and_counts_recompiles():
     assert "dim 0=3" in recompiles[0] and "dim 0=4" in recompiles[1]
     records = neuron_compile.metrics()
     assert [r.recompile for r in records] == [False, True, True]
+    assert all(r.name.startswith("Doubler_") for r in records)
 
 
 def test_dynamic_false_compiles_each_shape_statically():

@@ -27,7 +27,10 @@ def _seed():
 
 def _leaves(xs: tuple[torch.Tensor, ...], grad_mask: tuple[bool, ...] | None) -> list[torch.Tensor]:
     mask = grad_mask or (True,) * len(xs)
-    return [x.detach().clone().requires_grad_(m and x.is_floating_point()) for x, m in zip(xs, mask, strict=True)]
+    return [
+        x.detach().clone().requires_grad_(m and x.is_floating_point())
+        for x, m in zip(xs, mask, strict=True)
+    ]
 
 
 def check_against_eager(
@@ -48,7 +51,9 @@ def check_against_eager(
     ref_first.backward(cotangent)
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         if b.requires_grad:
-            torch.testing.assert_close(a.grad, b.grad, msg=lambda m, i=i: f"grad of input {i}: {m}", **tol)
+            torch.testing.assert_close(
+                a.grad, b.grad, msg=lambda m, i=i: f"grad of input {i}: {m}", **tol
+            )
     assert graph_kinds() == ["forward", "backward"]
     return out, ref
 
@@ -81,9 +86,14 @@ CONV_CASES = {
         [(2, 4, 5, 6, 7), (6, 2, 3, 3, 3), (6,)],
     ),
     "conv2d-unbatched": (lambda x, w: F.conv2d(x, w, padding=1), [(4, 6, 6), (3, 4, 3, 3)]),
-    "conv2d-pad-exceeds-kernel": (lambda x, w: F.conv2d(x, w, padding=3), [(1, 2, 5, 5), (3, 2, 2, 2)]),
+    "conv2d-pad-exceeds-kernel": (
+        lambda x, w: F.conv2d(x, w, padding=3),
+        [(1, 2, 5, 5), (3, 2, 2, 2)],
+    ),
     "conv-transpose2d": (
-        lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1, groups=2),
+        lambda x, w, b: F.conv_transpose2d(
+            x, w, b, stride=2, padding=1, output_padding=1, groups=2
+        ),
         [(2, 4, 5, 5), (4, 3, 3, 3), (6,)],
     ),
     "conv-transpose2d-dilated": (
@@ -115,12 +125,16 @@ def test_conv_weight_gradient_only():
 
 def test_convolution_backward_with_masked_outputs_returns_only_requested_grads():
     def grad_weight(g, x, w):
-        outs = aten.convolution_backward(g, x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 2, [False, True, False])
+        outs = aten.convolution_backward(
+            g, x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 2, [False, True, False]
+        )
         assert outs[0] is None and outs[2] is None
         return outs[1]
 
     args = (torch.randn(2, 6, 5, 5), torch.randn(2, 4, 9, 9), torch.randn(6, 2, 3, 3))
-    torch.testing.assert_close(torch.compile(grad_weight, backend="neuron")(*args), grad_weight(*args), **F32)
+    torch.testing.assert_close(
+        torch.compile(grad_weight, backend="neuron")(*args), grad_weight(*args), **F32
+    )
 
 
 # ---- max pooling -----------------------------------------------------------------------------
@@ -133,7 +147,13 @@ MAX_POOL_CASES = {
     "k3-s2-p1": ({"kernel_size": 3, "stride": 2, "padding": 1}, (2, 3, 9, 10)),
     "ceil-mode": ({"kernel_size": 3, "stride": 2, "ceil_mode": True}, (2, 3, 8, 10)),
     "dilation-ceil": (
-        {"kernel_size": (3, 2), "stride": (1, 2), "padding": 1, "dilation": (2, 1), "ceil_mode": True},
+        {
+            "kernel_size": (3, 2),
+            "stride": (1, 2),
+            "padding": 1,
+            "dilation": (2, 1),
+            "ceil_mode": True,
+        },
         (2, 3, 9, 9),
     ),
     "unbatched": ({"kernel_size": 2}, (3, 8, 8)),
@@ -173,7 +193,9 @@ def test_max_pool_nan_and_all_neg_inf_windows_match_eager():
 
 
 def test_max_pool_bf16_matches_eager():
-    out, ref = check_against_eager(_max_pool(kernel_size=3, stride=2, padding=1), torch.randn(2, 3, 9, 9).bfloat16(), tol=BF16)
+    out, ref = check_against_eager(
+        _max_pool(kernel_size=3, stride=2, padding=1), torch.randn(2, 3, 9, 9).bfloat16(), tol=BF16
+    )
     assert out[0].dtype == torch.bfloat16
     assert torch.equal(out[0], ref[0])  # a max is exact in any precision
     assert torch.equal(out[1], ref[1])
@@ -185,8 +207,12 @@ AVG_POOL_CASES = {
     "k3-s2-p1": lambda x: F.avg_pool2d(x, 3, 2, 1),
     "exclude-pad": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
     "ceil-mode": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True),
-    "ceil-mode-exclude-pad": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False),
-    "divisor-override": lambda x: F.avg_pool2d(x, (2, 3), (1, 2), 1, ceil_mode=True, divisor_override=5),
+    "ceil-mode-exclude-pad": lambda x: F.avg_pool2d(
+        x, 3, 2, 1, ceil_mode=True, count_include_pad=False
+    ),
+    "divisor-override": lambda x: F.avg_pool2d(
+        x, (2, 3), (1, 2), 1, ceil_mode=True, divisor_override=5
+    ),
     "adaptive-divisible": lambda x: F.adaptive_avg_pool2d(x, (3, 5)),
     "adaptive-uneven": lambda x: F.adaptive_avg_pool2d(x, (4, 3)),
     "adaptive-1": lambda x: F.adaptive_avg_pool2d(x, 1),
@@ -200,7 +226,9 @@ def test_avg_pool_matches_eager(name):
 
 @pytest.mark.parametrize("name", ["ceil-mode-exclude-pad", "adaptive-uneven"])
 def test_avg_pool_bf16_matches_eager(name):
-    out, _ = check_against_eager(AVG_POOL_CASES[name], torch.randn(2, 3, 9, 10).bfloat16(), tol=BF16)
+    out, _ = check_against_eager(
+        AVG_POOL_CASES[name], torch.randn(2, 3, 9, 10).bfloat16(), tol=BF16
+    )
     assert out.dtype == torch.bfloat16
 
 
@@ -209,7 +237,9 @@ def test_avg_pool_unbatched_matches_eager():
 
 
 # ---- batch norm ------------------------------------------------------------------------------
-def _check_module_steps(model: nn.Module, x: torch.Tensor, tol: dict[str, float], steps: int = 2) -> None:
+def _check_module_steps(
+    model: nn.Module, x: torch.Tensor, tol: dict[str, float], steps: int = 2
+) -> None:
     """``steps`` forward+backward passes: outputs, input/parameter grads and buffers vs eager."""
     compiled_model = copy.deepcopy(model)
     run = torch.compile(compiled_model, backend="neuron")
@@ -222,7 +252,9 @@ def _check_module_steps(model: nn.Module, x: torch.Tensor, tol: dict[str, float]
         ref.backward(cotangent)
         torch.testing.assert_close(a.grad, b.grad, **tol)
         for (name, p), q in zip(compiled_model.named_parameters(), model.parameters(), strict=True):
-            torch.testing.assert_close(p.grad, q.grad, msg=lambda m, n=name: f"grad of {n}: {m}", **tol)
+            torch.testing.assert_close(
+                p.grad, q.grad, msg=lambda m, n=name: f"grad of {n}: {m}", **tol
+            )
         for (name, buf), want in zip(compiled_model.named_buffers(), model.buffers(), strict=True):
             torch.testing.assert_close(buf, want, msg=lambda m, n=name: f"buffer {n}: {m}", **tol)
 

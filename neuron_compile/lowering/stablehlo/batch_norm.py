@@ -37,7 +37,12 @@ def _per_channel(ctx: LoweringContext, v: Value, like: Value) -> Value:
 
 
 def _affine(
-    ctx: LoweringContext, xf: Value, mean: Value, rstd: Value, weight: Value | None, bias: Value | None
+    ctx: LoweringContext,
+    xf: Value,
+    mean: Value,
+    rstd: Value,
+    weight: Value | None,
+    bias: Value | None,
 ) -> Value:
     """``(x - mean) * rstd * weight + bias`` with (C,) statistics, in xf's dtype."""
     e = ctx.emit
@@ -87,8 +92,13 @@ def _train(
 
 
 def _eval(
-    ctx: LoweringContext, x: Value, weight: Value | None, bias: Value | None,
-    running_mean: Value, running_var: Value, eps: float,
+    ctx: LoweringContext,
+    x: Value,
+    weight: Value | None,
+    bias: Value | None,
+    running_mean: Value,
+    running_var: Value,
+    eps: float,
 ) -> Outputs:
     e = ctx.emit
     acc = ctx.compute_dtype(x.dtype)
@@ -119,7 +129,11 @@ def _lower_native_batch_norm_legit_functional(
 ) -> tuple[Value, Value, Value, Value | None, Value | None]:
     """Returns (out, save_mean, save_rstd, new_running_mean, new_running_var)."""
     if not training:
-        return (*_eval(ctx, x, weight, bias, running_mean, running_var, eps), running_mean, running_var)
+        return (
+            *_eval(ctx, x, weight, bias, running_mean, running_var, eps),
+            running_mean,
+            running_var,
+        )
     outs, mean, var = _train(ctx, x, weight, bias, eps)
     new_mean = new_var = None
     if running_mean is not None:
@@ -171,7 +185,11 @@ def _no_inplace_update(node: fx.Node) -> str | None:
     return None
 
 
-@lowering(aten._native_batch_norm_legit.default, aten.native_batch_norm.default, supports=_no_inplace_update)
+@lowering(
+    aten._native_batch_norm_legit.default,
+    aten.native_batch_norm.default,
+    supports=_no_inplace_update,
+)
 def _lower_native_batch_norm(
     ctx: LoweringContext,
     x: Value,

@@ -57,7 +57,9 @@ def conv_forward(
     compute dtype. The high padding is derived from ``out_spatial`` so callers can crop."""
     n = w.rank - 2
     pads = []
-    for size, k, s, p, d, out in zip(x.shape[2:], w.shape[2:], stride, padding, dilation, out_spatial, strict=True):
+    for size, k, s, p, d, out in zip(
+        x.shape[2:], w.shape[2:], stride, padding, dilation, out_spatial, strict=True
+    ):
         natural = (size + 2 * p - d * (k - 1) - 1) // s + 1
         hi = p if natural == out else (out - 1) * s + d * (k - 1) + 1 - size - p
         pads.append((p, hi))
@@ -90,7 +92,9 @@ def conv_transpose_lhs(
     k = e.reshape(k, [out_ch // groups, groups * in_per_group, *kernel])
     k = e.reverse(k, list(range(2, n + 2)))
     pads = []
-    for size, kk, s, p, d, o in zip(in_spatial, kernel, stride, padding, dilation, g.shape[2:], strict=True):
+    for size, kk, s, p, d, o in zip(
+        in_spatial, kernel, stride, padding, dilation, g.shape[2:], strict=True
+    ):
         lo = d * (kk - 1) - p
         pads.append((lo, size + d * (kk - 1) - ((o - 1) * s + 1) - lo))
     return e.convolution(
@@ -115,7 +119,9 @@ def conv_transpose_rhs(
     *kernel)`` (grad_weight). The batch dim N is contracted, so it plays the feature role."""
     n = len(kernel)
     pads = []
-    for size, k, s, p, d, o in zip(x.shape[2:], kernel, stride, padding, dilation, g.shape[2:], strict=True):
+    for size, k, s, p, d, o in zip(
+        x.shape[2:], kernel, stride, padding, dilation, g.shape[2:], strict=True
+    ):
         pads.append((p, (k - 1) * d + (o - 1) * s + 1 - size - p))
     return ctx.emit.convolution(
         x, g, [g.shape[1], x.shape[1] // groups, *kernel],

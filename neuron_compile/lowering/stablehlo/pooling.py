@@ -47,8 +47,12 @@ def _window(
 
 
 def _padding(
-    x: Value, out_hw: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
-    padding: Sequence[int], dilation: Sequence[int],
+    x: Value,
+    out_hw: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
 ) -> list[tuple[int, int]]:
     """(low, high) padding for every dim so the window count is exactly ``out_hw``.
 
@@ -56,14 +60,18 @@ def _padding(
     less than one stride is absorbed by reduce_window's floor).
     """
     pads = [(0, 0)] * (x.rank - 2)
-    for size, out, k, s, p, d in zip(x.shape[-2:], out_hw, kernel, stride, padding, dilation, strict=True):
+    for size, out, k, s, p, d in zip(
+        x.shape[-2:], out_hw, kernel, stride, padding, dilation, strict=True
+    ):
         hi = (out - 1) * s + d * (k - 1) + 1 - size - p
         pads.append((p, max(hi, 0)))
     return pads
 
 
 # ---- max pooling ----------------------------------------------------------------------------
-def _max_with_index(ctx: LoweringContext, av: Value, ai: Value, bv: Value, bi: Value) -> list[Value]:
+def _max_with_index(
+    ctx: LoweringContext, av: Value, ai: Value, bv: Value, bi: Value
+) -> list[Value]:
     """Combiner of (value, index) pairs: a total order, so reduce_window may combine in any order.
 
     Order: NaN above everything (among NaNs the larger index), then larger value, then (for equal
@@ -75,7 +83,9 @@ def _max_with_index(ctx: LoweringContext, av: Value, ai: Value, bv: Value, bi: V
     tie_first = e.binary("and", e.compare(av, bv, "EQ"), e.compare(ai, bi, "LT"))
     a_wins_numeric = e.binary("or", greater, tie_first)
     a_wins_nan = e.select(b_nan, e.compare(ai, bi, "GT"), e.scalar(True, torch.bool))
-    a_wins = e.select(a_nan, a_wins_nan, e.select(b_nan, e.scalar(False, torch.bool), a_wins_numeric))
+    a_wins = e.select(
+        a_nan, a_wins_nan, e.select(b_nan, e.scalar(False, torch.bool), a_wins_numeric)
+    )
     return [e.select(a_wins, av, bv), e.select(a_wins, ai, bi)]
 
 
@@ -85,7 +95,9 @@ def _plane_index(ctx: LoweringContext, x: Value) -> Value:
     h, w = x.rank - 2, x.rank - 1
     rows = e.iota(x.shape, h, torch.int32)
     cols = e.iota(x.shape, w, torch.int32)
-    return e.binary("add", e.binary("multiply", rows, e.full(x.shape[w], x.shape, torch.int32)), cols)
+    return e.binary(
+        "add", e.binary("multiply", rows, e.full(x.shape[w], x.shape, torch.int32)), cols
+    )
 
 
 @lowering(aten.max_pool2d_with_indices.default, supports=floats)
@@ -100,7 +112,11 @@ def _lower_max_pool2d_with_indices(
 ) -> tuple[Value, Value]:
     e = ctx.emit
     kernel = _pair(kernel_size, ())
-    stride, padding, dilation = _pair(stride, kernel), _pair(padding, [0, 0]), _pair(dilation, [1, 1])
+    stride, padding, dilation = (
+        _pair(stride, kernel),
+        _pair(padding, [0, 0]),
+        _pair(dilation, [1, 1]),
+    )
     out_hw = ctx.out_type(0).shape[-2:]
     window, strides, dilations = _window(x, kernel, stride, dilation)
     pads = _padding(x, out_hw, kernel, stride, padding, dilation)
@@ -139,7 +155,9 @@ def _lower_max_pool2d_with_indices_backward(
     per_plane = grad_out.shape[-2] * grad_out.shape[-1]
     idx = e.reshape(e.convert(indices, torch.int32), [planes, per_plane])
     base = e.binary(
-        "multiply", e.iota([planes, per_plane], 0, torch.int32), e.full(plane, [planes, per_plane], torch.int32)
+        "multiply",
+        e.iota([planes, per_plane], 0, torch.int32),
+        e.full(plane, [planes, per_plane], torch.int32),
     )
     flat_idx = e.reshape(e.binary("add", idx, base), [planes * per_plane, 1])
     updates = e.reshape(e.convert(grad_out, acc), [planes * per_plane])
@@ -153,8 +171,13 @@ def _lower_max_pool2d_with_indices_backward(
 
 # ---- average pooling ------------------------------------------------------------------------
 def _divisors(
-    in_hw: Sequence[int], out_hw: Sequence[int], kernel: Sequence[int], stride: Sequence[int],
-    padding: Sequence[int], count_include_pad: bool, divisor_override: int | None,
+    in_hw: Sequence[int],
+    out_hw: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    count_include_pad: bool,
+    divisor_override: int | None,
 ) -> np.ndarray:
     """Eager's per-window divisor (aten/src/ATen/native/cpu/AvgPoolKernel.cpp), shape out_hw."""
     if divisor_override:
@@ -169,7 +192,9 @@ def _divisors(
     return np.outer(per_dim[0], per_dim[1]).astype(np.float64)
 
 
-def _divisor_value(ctx: LoweringContext, div: np.ndarray, shape: Sequence[int], dtype: torch.dtype) -> Value:
+def _divisor_value(
+    ctx: LoweringContext, div: np.ndarray, shape: Sequence[int], dtype: torch.dtype
+) -> Value:
     """The divisor as a splat when uniform, else an (OH, OW) constant broadcast to ``shape``."""
     e = ctx.emit
     if np.all(div == div.flat[0]):
@@ -200,14 +225,20 @@ def _lower_avg_pool2d(
         [e.convert(x, acc)], [e.scalar(0, acc)], window, strides, pads,
         lambda a, b: [e.binary("add", a, b)],
     )  # fmt: skip
-    div = _divisors(x.shape[-2:], out.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override)
+    div = _divisors(
+        x.shape[-2:], out.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override
+    )
     mean = e.binary("divide", total, _divisor_value(ctx, div, total.shape, acc))
     return e.convert(mean, out.dtype)
 
 
 def window_sum_transpose(
-    ctx: LoweringContext, g: Value, in_shape: Sequence[int], kernel: Sequence[int],
-    stride: Sequence[int], padding: Sequence[int],
+    ctx: LoweringContext,
+    g: Value,
+    in_shape: Sequence[int],
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
 ) -> Value:
     """Adjoint of a 2-D window sum (window ``kernel``, ``stride``, low ``padding``): every input
     element receives the sum of ``g`` over the windows that cover it (JAX's
@@ -215,7 +246,9 @@ def window_sum_transpose(
     e = ctx.emit
     lead = g.rank - 2
     low, high, interior = [0] * lead, [0] * lead, [0] * lead
-    for size, out, k, s, p in zip(in_shape[-2:], g.shape[-2:], kernel, stride, padding, strict=True):
+    for size, out, k, s, p in zip(
+        in_shape[-2:], g.shape[-2:], kernel, stride, padding, strict=True
+    ):
         lo = k - 1 - p
         low.append(lo)
         high.append(size + k - 1 - ((out - 1) * s + 1) - lo)
@@ -246,7 +279,9 @@ def _lower_avg_pool2d_backward(
     stride, padding = _pair(stride, kernel), _pair(padding, [0, 0])
     acc = ctx.compute_dtype(grad_out.dtype)
     g = e.convert(grad_out, acc)
-    div = _divisors(x.shape[-2:], g.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override)
+    div = _divisors(
+        x.shape[-2:], g.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override
+    )
     g = e.binary("divide", g, _divisor_value(ctx, div, g.shape, acc))
     grad = window_sum_transpose(ctx, g, x.shape, kernel, stride, padding)
     return e.convert(grad, ctx.out_dtype)
@@ -294,7 +329,9 @@ def _lower_adaptive_avg_pool2d(ctx: LoweringContext, x: Value, output_size: Sequ
         )  # fmt: skip
         y = e.binary("divide", total, ctx.full_like(math.prod(kernel), total))
     else:
-        y = _separable(ctx, xf, _adaptive_matrix(in_hw[0], out_hw[0]), _adaptive_matrix(in_hw[1], out_hw[1]))
+        y = _separable(
+            ctx, xf, _adaptive_matrix(in_hw[0], out_hw[0]), _adaptive_matrix(in_hw[1], out_hw[1])
+        )
     return e.convert(y, out.dtype)
 
 

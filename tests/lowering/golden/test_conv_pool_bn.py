@@ -36,14 +36,18 @@ def test_conv1d_and_conv3d_use_rank_matching_dimension_numbers():
     text1 = lower_to_text(lambda x, w: F.conv1d(x, w), torch.randn(2, 3, 10), torch.randn(4, 3, 3))
     FileCheck().check("[b, f, 0]x[o, i, 0]->[b, f, 0]").check("-> tensor<2x4x8xf32>").run(text1)
     text3 = lower_to_text(
-        lambda x, w: F.conv3d(x, w, padding=1), torch.randn(1, 2, 4, 4, 4), torch.randn(3, 2, 3, 3, 3)
+        lambda x, w: F.conv3d(x, w, padding=1),
+        torch.randn(1, 2, 4, 4, 4),
+        torch.randn(3, 2, 3, 3, 3),
     )
     FileCheck().check("[b, f, 0, 1, 2]x[o, i, 0, 1, 2]->[b, f, 0, 1, 2]").run(text3)
 
 
 def test_bf16_conv_accumulates_in_f32_and_rounds_once():
     text = lower_to_text(
-        lambda x, w: F.conv2d(x, w), torch.randn(1, 4, 8, 8).bfloat16(), torch.randn(6, 4, 3, 3).bfloat16()
+        lambda x, w: F.conv2d(x, w),
+        torch.randn(1, 4, 8, 8).bfloat16(),
+        torch.randn(6, 4, 3, 3).bfloat16(),
     )
     FileCheck().check("stablehlo.convolution").check_same("xbf16>) -> tensor<1x6x6x6xf32>").check(
         "stablehlo.convert"
@@ -74,12 +78,27 @@ def test_convolution_backward_emits_input_weight_and_bias_gradients():
         "[b, f, 0, 1]x[i, o, 0, 1]->[b, f, 0, 1]"
     ).check("lhs_dilate = [2, 2]").check("feature_group_count = 2").run(text)
     # grad_weight: batch and feature roles swapped, stride becomes the kernel dilation.
-    FileCheck().check("stablehlo.convolution").check("[f, b, 0, 1]x[i, o, 0, 1]->[f, b, 0, 1]").check(
-        "rhs_dilate = [2, 2]"
-    ).check("batch_group_count = 2").check("-> tensor<6x2x3x3xf32>").check(
-        "stablehlo.reduce"
-    ).check_same("dimensions = [0, 2, 3]").run(text)
+    FileCheck().check("stablehlo.convolution").check(
+        "[f, b, 0, 1]x[i, o, 0, 1]->[f, b, 0, 1]"
+    ).check("rhs_dilate = [2, 2]").check("batch_group_count = 2").check(
+        "-> tensor<6x2x3x3xf32>"
+    ).check("stablehlo.reduce").check_same("dimensions = [0, 2, 3]").run(text)
     _no_custom_call(text)
+
+
+def test_bf16_convolution_backward_accumulates_in_f32():
+    args = (torch.randn(1, 6, 4, 4), torch.randn(1, 4, 8, 8), torch.randn(6, 2, 3, 3))
+    text = lower_to_text(
+        lambda g, x, w: aten.convolution_backward(
+            g, x, w, [6], [2, 2], [1, 1], [1, 1], False, [0, 0], 2, [True, True, True]
+        ),
+        *[a.bfloat16() for a in args],
+    )
+    FileCheck().check("stablehlo.convolution").check_same("-> tensor<1x4x8x8xf32>").check(
+        "stablehlo.convolution"
+    ).check_same("-> tensor<6x2x3x3xf32>").check("return").check_same(
+        "tensor<1x4x8x8xbf16>, tensor<6x2x3x3xbf16>, tensor<6xbf16>"
+    ).run(text)
 
 
 def test_convolution_backward_skips_masked_off_outputs():
@@ -97,7 +116,8 @@ def test_convolution_backward_skips_masked_off_outputs():
 # ---- pooling ---------------------------------------------------------------------------------
 def test_max_pool_is_a_variadic_reduce_window_over_values_and_flat_indices():
     text = lower_to_text(
-        lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True, return_indices=True), torch.randn(1, 2, 8, 8)
+        lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True, return_indices=True),
+        torch.randn(1, 2, 8, 8),
     )
     FileCheck().check("stablehlo.iota").check("stablehlo.multiply").check(
         '"stablehlo.reduce_window"'
@@ -111,17 +131,23 @@ def test_max_pool_is_a_variadic_reduce_window_over_values_and_flat_indices():
 
 def test_max_pool_backward_scatter_adds_at_the_saved_indices():
     def fn(g, x, idx):
-        return aten.max_pool2d_with_indices_backward(g, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx)
+        return aten.max_pool2d_with_indices_backward(
+            g, x, [2, 2], [2, 2], [0, 0], [1, 1], False, idx
+        )
 
-    text = lower_to_text(fn, torch.randn(1, 2, 4, 4), torch.randn(1, 2, 8, 8), torch.randint(0, 64, (1, 2, 4, 4)))
-    FileCheck().check('"stablehlo.scatter"').check("stablehlo.add").check("-> tensor<128xf32>").check(
-        "stablehlo.reshape"
-    ).check_same("-> tensor<1x2x8x8xf32>").run(text)
+    text = lower_to_text(
+        fn, torch.randn(1, 2, 4, 4), torch.randn(1, 2, 8, 8), torch.randint(0, 64, (1, 2, 4, 4))
+    )
+    FileCheck().check('"stablehlo.scatter"').check("stablehlo.add").check(
+        "-> tensor<128xf32>"
+    ).check("stablehlo.reshape").check_same("-> tensor<1x2x8x8xf32>").run(text)
     FileCheck().check_not("select_and_scatter").run(text)
 
 
 def test_avg_pool_ceil_mode_divides_by_per_window_counts():
-    text = lower_to_text(lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), torch.randn(1, 2, 8, 8))
+    text = lower_to_text(
+        lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True), torch.randn(1, 2, 8, 8)
+    )
     # The last row/column of windows hangs over the padded input: divisor 6 (and 4 in the corner).
     FileCheck().check('"stablehlo.reduce_window"').check("stablehlo.add").check(
         "stablehlo.constant dense<[[9.000000e+00"
@@ -158,7 +184,9 @@ def test_adaptive_avg_pool_divisible_is_reduce_window_else_matmuls():
 
 def test_adaptive_avg_pool_backward_spreads_each_gradient_over_its_window():
     text = lower_to_text(
-        lambda g, x: aten._adaptive_avg_pool2d_backward(g, x), torch.randn(1, 2, 2, 4), torch.randn(1, 2, 8, 8)
+        lambda g, x: aten._adaptive_avg_pool2d_backward(g, x),
+        torch.randn(1, 2, 2, 4),
+        torch.randn(1, 2, 8, 8),
     )
     FileCheck().check("stablehlo.broadcast_in_dim").check_same("-> tensor<1x2x2x4x4x2xf32>").check(
         "stablehlo.divide"
@@ -204,7 +232,8 @@ def test_batch_norm_eval_uses_running_stats_and_empty_saved_stats():
 
 def test_batch_norm_without_running_stats_lowers():
     text = lower_to_text(
-        lambda x: aten._native_batch_norm_legit(x, None, None, True, 0.1, 1e-5), torch.randn(2, 3, 4)
+        lambda x: aten._native_batch_norm_legit(x, None, None, True, 0.1, 1e-5),
+        torch.randn(2, 3, 4),
     )
     FileCheck().check("stablehlo.reduce").check_same("dimensions = [0, 2]").check(
         "stablehlo.rsqrt"

@@ -1,0 +1,108 @@
+"""Split a graph into compiled regions and explicit CPU fallbacks.
+
+Nodes whose lowering lookup fails run as eager ATen ops between compiled regions; each carries a
+``SplitReason`` (op, why, the user's line). Compiled regions with a single compute op are not
+worth a device round trip and merge back into the eager part (``CapabilityBasedPartitioner``'s
+single-node filter).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import torch.fx as fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from .errors import user_frame, user_source_line
+from .lowering import registry
+
+
+@dataclass(frozen=True)
+class SplitReason:
+    """Why ``node`` runs on the CPU instead of in a compiled region."""
+
+    op: str
+    node: str
+    reason: str
+    where: str
+    source: str | None = None
+
+    def as_dict(self) -> dict[str, str | None]:
+        return asdict(self)
+
+
+def _is_supported(node: fx.Node) -> bool:
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        src = node.args[0]
+        return isinstance(src, fx.Node) and _is_supported(src)
+    return not isinstance(registry.lookup(node), str)
+
+
+class _NeuronSupport(OperatorSupportBase):
+    def is_node_supported(self, submodules, node: fx.Node) -> bool:
+        return _is_supported(node)
+
+
+def split_reasons(gm: fx.GraphModule) -> list[SplitReason]:
+    """One ``SplitReason`` per call_function node that has no usable lowering."""
+    reasons = []
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        why = registry.lookup(node)
+        if isinstance(why, str):
+            reasons.append(
+                SplitReason(str(node.target), node.name, why, user_frame(node), user_source_line(node))
+            )
+    return reasons
+
+
+def summarize(reasons: list[SplitReason]) -> str:
+    """``aten.cumsum.default x2 (model.py:20 in forward)`` lines, most frequent op first."""
+    counts = Counter(r.op for r in reasons)
+    first_where = {}
+    for r in reasons:
+        first_where.setdefault(r.op, r.where)
+    return "; ".join(f"{op} x{n} ({first_where[op]})" for op, n in counts.most_common())
+
+
+def partition(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[str]]:
+    """Fuse supported regions of ``gm`` into ``call_module`` submodules (in place).
+
+    Returns the graph and the names of the submodules to compile. Every placeholder of a
+    submodule gets the ``meta["val"]`` of the value that feeds it, as lowering needs.
+    """
+    partitioner = CapabilityBasedPartitioner(gm, _NeuronSupport(), allows_single_node_partition=False)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    names = []
+    for node in fused.graph.nodes:
+        if node.op != "call_module":
+            continue
+        names.append(node.target)
+        sub = fused.get_submodule(node.target)
+        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        for ph, arg in zip(placeholders, node.args, strict=True):
+            if "val" not in ph.meta and isinstance(arg, fx.Node):
+                ph.meta["val"] = arg.meta.get("val")
+        node.meta["val"] = _output_val(sub)
+    return fused, names
+
+
+def _output_val(sub: fx.GraphModule):
+    out = next(n for n in sub.graph.nodes if n.op == "output")
+    (vals,) = out.args
+    if isinstance(vals, (tuple, list)):
+        return tuple(v.meta.get("val") if isinstance(v, fx.Node) else v for v in vals)
+    return vals.meta.get("val") if isinstance(vals, fx.Node) else vals
+
+
+def is_fully_supported(gm: fx.GraphModule) -> bool:
+    return all(_is_supported(n) for n in gm.graph.nodes if n.op == "call_function")
+
+
+__all__ = ["SplitReason", "is_fully_supported", "partition", "split_reasons", "summarize"]
