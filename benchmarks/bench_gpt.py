@@ -3,8 +3,9 @@
 Run: ``python benchmarks/bench_gpt.py [--steps 50] [--json out.json]``. Everything is measured in
 one process, one backend after the other:
 
-* steady-state train-step time (zero_grad + forward + backward + AdamW step), median of ``--steps``
-  steps after warm-up, for eager, ``backend="neuron"`` and ``backend="inductor"``;
+* steady-state train-step time (zero_grad + forward + backward + AdamW step) after warm-up, for
+  eager, ``backend="neuron"`` and ``backend="inductor"``: ``--steps`` steps each, taken in 10
+  rounds in which the backends take turns; reported is the best round's median;
 * cold compile: wall time of the first compiled step (tracing + compiling + one execution);
 * the split of our cold step: neuron-compile's own work (passes + lowering + verify/serialize,
   from ``neuron_compile.metrics()``), XLA's compile, and the rest (Dynamo + AOTAutograd tracing);
@@ -61,24 +62,44 @@ def _step_fn(model: torch.nn.Module, backend: str | None) -> Callable[[Any, Any]
     return step
 
 
-def measure_backend(
-    model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], backend: str | None,
-    steps: int, warmup: int = 3,
-) -> dict[str, float]:
-    """Cold first-step seconds and the median steady-state step in milliseconds."""
-    torch._dynamo.reset()
+def cold_start(
+    model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], backend: str | None
+) -> tuple[Callable[[Any, Any], float], float]:
+    """A train-step function on a copy of ``model`` and the wall time of its first step."""
     step = _step_fn(copy.deepcopy(model), backend)
     t0 = time.perf_counter()
     step(*batch)
-    cold = time.perf_counter() - t0
-    for _ in range(warmup):
-        step(*batch)
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step(*batch)
-        times.append(time.perf_counter() - t0)
-    return {"cold_s": cold, "step_ms": 1e3 * statistics.median(times)}
+    return step, time.perf_counter() - t0
+
+
+def interleaved_step_ms(
+    steps: dict[str, Callable[[Any, Any], float]],
+    batch: tuple[torch.Tensor, torch.Tensor],
+    n: int,
+    rounds: int = 10,
+    warmup: int = 3,
+) -> dict[str, float]:
+    """Per backend, the best of ``rounds`` per-round median step times (ms).
+
+    Backends take turns round by round. On a shared 2-core VM, bursts of outside load can slow
+    OpenMP-parallel eager kernels 100x for seconds; taking turns spreads a burst over all
+    backends, and the best round median is what the code does when left alone (as ``timeit``
+    reports the best repeat).
+    """
+    for step in steps.values():
+        for _ in range(warmup):
+            step(*batch)
+    medians: dict[str, list[float]] = {name: [] for name in steps}
+    per_round = max(1, n // rounds)
+    for _ in range(rounds):
+        for name, step in steps.items():
+            times = []
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                step(*batch)
+                times.append(time.perf_counter() - t0)
+            medians[name].append(statistics.median(times))
+    return {name: 1e3 * min(ms) for name, ms in medians.items()}
 
 
 def _warm_up_process(backend: str) -> None:
@@ -151,45 +172,48 @@ def per_call_overhead(
         call_t.append(t1 - t0)
         bare_t.append(t2 - t1)
     call_us, bare_us = 1e6 * statistics.median(call_t), 1e6 * statistics.median(bare_t)
+    crossing = len(arrays) + graph.lowered.num_results
     return {
         "graph": graph.name,
         "inputs": len(arrays),
-        "outputs": len(graph.lowered.outputs),
+        "results": graph.lowered.num_results,
         "call_us": call_us,
         "execute_us": bare_us,
         "overhead_us": call_us - bare_us,
+        "overhead_per_tensor_us": (call_us - bare_us) / max(crossing, 1),
     }
 
 
-def measure_neuron(
-    model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], steps: int, reps: int
-) -> dict[str, Any]:
-    neuron_compile.reset_metrics()
-    with capture_graph_calls() as seen:
-        timing = measure_backend(model, batch, "neuron", steps)
+def neuron_compile_breakdown(cold_s: float) -> dict[str, Any]:
+    """Split our cold first step with ``neuron_compile.metrics()``."""
     records = neuron_compile.metrics()
     ours = sum(r.our_compile_s for r in records)
     xla = sum(r.executor_compile_s for r in records)
-    trace = timing["cold_s"] - ours - xla
+    trace = cold_s - ours - xla
     return {
-        **timing,
         "graphs": len(records),
         "ours_s": ours,
         "xla_compile_s": xla,
         "trace_s": trace,
         "ratio": ours / trace if trace > 0 else float("nan"),
         "per_graph": [
-            {"graph": r.name, "nodes": r.node_count, "ours_ms": 1e3 * r.our_compile_s,
-             "xla_ms": 1e3 * r.executor_compile_s}
+            {
+                "graph": r.name,
+                "nodes": r.node_count,
+                "ours_ms": 1e3 * r.our_compile_s,
+                "xla_ms": 1e3 * r.executor_compile_s,
+            }
             for r in records
         ],
-        "overhead": [per_call_overhead(g, args, reps) for g, args in seen],
     }
 
 
 def _print_report(res: dict[str, Any], steps: int) -> None:
     eager, ours, ind = res["eager"], res["neuron"], res["inductor"]
-    print(f"\nTinyGPT train step on CPU ({res['config']}); medians of {steps} steps")
+    print(
+        f"\nTinyGPT train step on CPU ({res['config']}); best of 10 round medians "
+        f"({steps} steps per backend)"
+    )
     print(f"{'':<22}{'eager':>12}{'neuron':>12}{'inductor':>12}")
     ind_step = f"{ind['step_ms']:>9.2f} ms" if "step_ms" in ind else f"{'failed':>12}"
     ind_cold = f"{ind['cold_s']:>10.2f} s" if "cold_s" in ind else f"{'failed':>12}"
@@ -203,18 +227,31 @@ def _print_report(res: dict[str, Any], steps: int) -> None:
     print(f"  {'XLA CPU compile':<38}{1e3 * ours['xla_compile_s']:>9.1f} ms")
     print(f"  {'Dynamo + AOTAutograd trace (rest)':<38}{1e3 * ours['trace_s']:>9.1f} ms")
     flag = "OK" if ours["ratio"] <= RATIO_TARGET else "ABOVE TARGET"
-    print(f"  ours / trace = {100 * ours['ratio']:.1f}% (target <= {100 * RATIO_TARGET:.0f}%): {flag}")
+    print(
+        f"  ours / trace = {100 * ours['ratio']:.1f}% (target <= {100 * RATIO_TARGET:.0f}%): {flag}"
+    )
     for g in ours["per_graph"]:
-        print(f"    {g['graph']:<26}{g['nodes']:>5} nodes  ours {g['ours_ms']:>6.1f} ms  "
-              f"XLA {g['xla_ms']:>6.1f} ms")
+        print(
+            f"    {g['graph']:<26}{g['nodes']:>5} nodes  ours {g['ours_ms']:>6.1f} ms  "
+            f"XLA {g['xla_ms']:>6.1f} ms"
+        )
 
     print("\nper-call overhead: CompiledGraph.__call__ vs bare XLA execute on device arrays")
-    print(f"  {'graph':<26}{'in':>4}{'out':>5}{'__call__':>11}{'execute':>11}{'overhead':>11}")
+    print(
+        f"  {'graph':<24}{'in':>4}{'out':>5}{'__call__':>11}{'execute':>11}{'overhead':>11}"
+        f"{'per tensor':>12}"
+    )
     for o in ours["overhead"]:
         flag = "" if o["overhead_us"] <= OVERHEAD_TARGET_US else "  > target"
-        print(f"  {o['graph']:<26}{o['inputs']:>4}{o['outputs']:>5}{o['call_us']:>8.0f} us"
-              f"{o['execute_us']:>8.0f} us{o['overhead_us']:>8.1f} us{flag}")
-    print(f"  (target <= {OVERHEAD_TARGET_US:.0f} us per graph)")
+        print(
+            f"  {o['graph']:<24}{o['inputs']:>4}{o['results']:>5}{o['call_us']:>8.0f} us"
+            f"{o['execute_us']:>8.0f} us{o['overhead_us']:>8.1f} us"
+            f"{o['overhead_per_tensor_us']:>9.2f} us{flag}"
+        )
+    print(
+        f"  (target <= {OVERHEAD_TARGET_US:.0f} us per graph; each input and result crosses "
+        "torch <-> XLA through dlpack, ~1-3 us apiece)"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -235,17 +272,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
     }
 
-    res["eager"] = measure_backend(model, batch, None, args.steps)
+    # One-time process costs first, then a clean Dynamo cache: each backend's first step below
+    # traces and compiles this model from scratch.
     _warm_up_process("neuron")
-    res["neuron"] = measure_neuron(model, batch, args.steps, args.reps)
-    if args.no_inductor:
-        res["inductor"] = {"error": "skipped (--no-inductor)"}
-    else:
+    inductor_error = "skipped (--no-inductor)" if args.no_inductor else None
+    if inductor_error is None:
         try:
             _warm_up_process("inductor")
-            res["inductor"] = measure_backend(model, batch, "inductor", args.steps)
         except Exception as e:  # Inductor needs a working C++ toolchain
-            res["inductor"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+            inductor_error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    torch._dynamo.reset()
+    neuron_compile.reset_metrics()
+
+    steps, cold = {}, {}
+    steps["eager"], cold["eager"] = cold_start(model, batch, None)
+    with capture_graph_calls() as seen:
+        steps["neuron"], cold["neuron"] = cold_start(model, batch, "neuron")
+    if inductor_error is None:
+        try:
+            steps["inductor"], cold["inductor"] = cold_start(model, batch, "inductor")
+        except Exception as e:
+            inductor_error = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    step_ms = interleaved_step_ms(steps, batch, args.steps)
+
+    for name in ("eager", "neuron", "inductor"):
+        res[name] = {"cold_s": cold[name], "step_ms": step_ms[name]} if name in steps else {}
+    if inductor_error is not None:
+        res["inductor"]["error"] = inductor_error
+    res["neuron"].update(neuron_compile_breakdown(cold["neuron"]))
+    res["neuron"]["overhead"] = [per_call_overhead(g, a, args.reps) for g, a in seen]
 
     _print_report(res, args.steps)
     if args.json:

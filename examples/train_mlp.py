@@ -90,9 +90,7 @@ def main(steps: int = 200, every: int = 20) -> None:
     print(f"{steps - 1:>5}  {eager[-1]:>10.6f}  {compiled[-1]:>10.6f}  {rel_last:>9.1e}")
     print(f"eager {t1 - t0:.2f} s, neuron {t2 - t1:.2f} s (includes compilation)")
 
-    torch.testing.assert_close(
-        torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-5
-    )
+    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-4, atol=1e-5)
     assert eager[-1] < 0.5 * eager[0], "the MLP did not learn the task"
     print("OK: compiled losses match eager")
 

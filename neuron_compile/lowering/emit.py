@@ -393,6 +393,26 @@ class Emitter:
         init_v = self.scalar(init, x.dtype)
         return self.reduce([x], [init_v], dims, lambda a, b: [self.binary(combiner, a, b)])[0]
 
+    def sort(
+        self,
+        xs: Sequence[Value],
+        dim: int,
+        comparator: Callable[..., Sequence[Value]],
+        is_stable: bool = True,
+    ) -> list[Value]:
+        """Variadic ``stablehlo.sort`` along ``dim``; ``comparator(lhs0, rhs0, lhs1, rhs1, ...)``
+        returns a scalar i1 that is true when lhs sorts strictly before rhs."""
+        arg_types: list[TensorType] = []
+        for x in xs:
+            arg_types += [TensorType((), x.dtype)] * 2
+        region = self.region(arg_types, comparator)
+        attrs = f"dimension = {int(dim)} : i64, is_stable = {'true' if is_stable else 'false'}"
+        return self.op("sort", xs, [x.type for x in xs], attrs, regions=[region])
+
+    def bitcast_convert(self, x: Value, dtype: torch.dtype) -> Value:
+        """Reinterpret the bits of ``x`` as ``dtype`` (same bit width)."""
+        return self.op1("bitcast_convert", [x], x.type.with_dtype(dtype))
+
     def reduce_window(
         self,
         xs: Sequence[Value],

@@ -9,5 +9,8 @@ from . import (  # noqa: F401
     normalization,
     pooling,
     reduction,
+    scan,
     shape,
+    sort,
+    transcendental,
 )

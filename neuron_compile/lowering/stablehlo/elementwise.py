@@ -13,8 +13,8 @@ import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from ..context import LoweringContext
-from ..emit import Value
-from ..registry import ALL_DTYPES, FLOATS, dtypes_in, lowering
+from ..emit import Value, is_unsigned
+from ..registry import ALL_DTYPES, FLOATS, INTS, dtypes_in, lowering
 
 aten = torch.ops.aten
 floats_only = dtypes_in(*FLOATS, torch.bool, torch.int32, torch.int16, torch.int8, torch.uint8)
@@ -60,7 +60,6 @@ _UNARY_SAME = {
     aten.abs: "abs",
     aten.floor: "floor",
     aten.ceil: "ceil",
-    aten.sign: "sign",
     aten.round: "round_nearest_even",
 }
 
@@ -77,6 +76,29 @@ def _register_unary_same(op, hlo: str) -> None:
 
 for _op, _hlo in _UNARY_SAME.items():
     _register_unary_same(_op, _hlo)
+
+
+@lowering(aten.sign.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_sign(ctx: LoweringContext, x: Value) -> Value:
+    """``(x > 0) - (x < 0)``: like eager, sign(NaN) is 0 and sign(-0.0) is +0 (stablehlo.sign
+    would return NaN and -0.0)."""
+    e = ctx.emit
+    if x.dtype == torch.bool:
+        return x
+    zero = ctx.full_like(0, x)
+    pos = e.convert(e.compare(x, zero, "GT"), x.dtype)
+    if is_unsigned(x.dtype):
+        return pos
+    return e.binary("subtract", pos, e.convert(e.compare(x, zero, "LT"), x.dtype))
+
+
+@lowering(aten.trunc.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_trunc(ctx: LoweringContext, x: Value) -> Value:
+    if not x.dtype.is_floating_point:
+        return x
+    e = ctx.emit
+    negative = e.compare(x, ctx.full_like(0, x), "LT")
+    return e.select(negative, e.unary("ceil", x), e.unary("floor", x))
 
 
 @lowering(aten.reciprocal.default, supports=floats_only)
@@ -290,7 +312,12 @@ def _lower_where(ctx: LoweringContext, cond: Value, a, b) -> Value:
 # ---- casts and constants --------------------------------------------------------------------
 @lowering(aten._to_copy.default, supports=dtypes_in(*ALL_DTYPES))
 def _lower_to_copy(ctx: LoweringContext, x: Value, **_: object) -> Value:
-    return ctx.emit.convert(x, ctx.out_dtype)
+    out = ctx.out_dtype
+    if x.dtype.is_floating_point and out in (torch.int16, torch.int8, torch.uint8):
+        # Eager truncates to int32 and then wraps (e.g. -3.5 -> uint8 253); a direct
+        # float -> narrow-int convert would saturate instead.
+        x = ctx.emit.convert(x, torch.int32)
+    return ctx.emit.convert(x, out)
 
 
 @lowering(aten.scalar_tensor.default, supports=dtypes_in(*ALL_DTYPES))
@@ -326,3 +353,151 @@ def _lower_gelu(ctx: LoweringContext, x: Value, approximate: str = "none") -> Va
 def _lower_silu(ctx: LoweringContext, x: Value) -> Value:
     e = ctx.emit
     return _float_unary(ctx, x, lambda v: e.binary("multiply", v, e.unary("logistic", v)))
+
+
+@lowering(aten.elu.default, supports=floats_only)
+def _lower_elu(
+    ctx: LoweringContext, x: Value, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0
+) -> Value:
+    """``scale * (x if x > 0 else alpha * expm1(x * input_scale))`` (selu and celu use it too)."""
+    e = ctx.emit
+
+    def body(v: Value) -> Value:
+        neg = e.unary(
+            "exponential_minus_one", e.binary("multiply", v, ctx.full_like(input_scale, v))
+        )
+        neg = e.binary("multiply", neg, ctx.full_like(alpha, v))
+        y = e.select(e.compare(v, ctx.full_like(0, v), "GT"), v, neg)
+        return y if scale == 1 else e.binary("multiply", y, ctx.full_like(scale, v))
+
+    return _float_unary(ctx, x, body)
+
+
+@lowering(aten.leaky_relu.default, supports=floats_only)
+def _lower_leaky_relu(ctx: LoweringContext, x: Value, negative_slope: float = 0.01) -> Value:
+    e = ctx.emit
+    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
+    scaled = e.binary("multiply", x, ctx.full_like(negative_slope, x))
+    return e.select(e.compare(x, ctx.full_like(0, x), "GT"), x, scaled)
+
+
+@lowering(aten.hardtanh.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_hardtanh(
+    ctx: LoweringContext, x: Value, min_val: float = -1.0, max_val: float = 1.0
+) -> Value:
+    e = ctx.emit
+    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
+    lo, hi = ctx.full_like(min_val, x), ctx.full_like(max_val, x)
+    return e.binary("minimum", e.binary("maximum", x, lo), hi)
+
+
+# ---- float classification and sign bits ------------------------------------------------------
+@lowering(aten.isinf.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_isinf(ctx: LoweringContext, x: Value) -> Value:
+    if not x.dtype.is_floating_point:
+        return ctx.emit.full(False, x.shape, torch.bool)
+    return ctx.emit.compare(ctx.emit.unary("abs", x), ctx.full_like(math.inf, x), "EQ")
+
+
+_SAME_WIDTH_INT = {
+    torch.float32: torch.int32,
+    torch.bfloat16: torch.int16,
+    torch.float16: torch.int16,
+}
+
+
+def signbit(ctx: LoweringContext, x: Value) -> Value:
+    """True where the sign bit is set (-0.0 and negative NaNs included), as C's ``signbit``."""
+    e = ctx.emit
+    if is_unsigned(x.dtype):
+        return ctx.emit.full(False, x.shape, torch.bool)
+    if x.dtype.is_floating_point:
+        x = e.bitcast_convert(x, _SAME_WIDTH_INT[x.dtype])
+    return e.compare(x, ctx.full_like(0, x), "LT")
+
+
+@lowering(aten.signbit.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_signbit(ctx: LoweringContext, x: Value) -> Value:
+    return signbit(ctx, x)
+
+
+@lowering(aten.copysign.Tensor, aten.copysign.Scalar, supports=floats_only)
+def _lower_copysign(ctx: LoweringContext, a, b) -> Value:
+    e = ctx.emit
+    a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
+    magnitude = e.unary("abs", a)
+    return e.select(signbit(ctx, b), e.unary("negate", magnitude), magnitude)
+
+
+@lowering(aten.fmax.default, aten.fmin.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_fmax_fmin(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    """maximum/minimum that ignore a NaN operand (NaN only when both are NaN)."""
+    e = ctx.emit
+    a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
+    out = e.binary("maximum" if ctx.node.target is aten.fmax.default else "minimum", a, b)
+    if not a.dtype.is_floating_point:
+        return out
+    return e.select(e.compare(a, a, "NE"), b, e.select(e.compare(b, b, "NE"), a, out))
+
+
+# ---- modular arithmetic and shifts -----------------------------------------------------------
+def _fmod(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    """C ``fmod`` (result has the dividend's sign): stablehlo.remainder; low-precision floats
+    go through float32, where the result is exact and rounds back exactly."""
+    e = ctx.emit
+    compute = ctx.compute_dtype(a.dtype)
+    r = e.binary("remainder", e.convert(a, compute), e.convert(b, compute))
+    return e.convert(r, a.dtype)
+
+
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar, supports=dtypes_in(*ALL_DTYPES))
+def _lower_fmod(ctx: LoweringContext, a, b) -> Value:
+    a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
+    return _fmod(ctx, a, b)
+
+
+@lowering(
+    aten.remainder.Tensor,
+    aten.remainder.Scalar,
+    aten.remainder.Scalar_Tensor,
+    supports=dtypes_in(*ALL_DTYPES),
+)
+def _lower_remainder(ctx: LoweringContext, a, b) -> Value:
+    """Python's ``%`` (result has the divisor's sign), from fmod as eager's CPU kernel does."""
+    e = ctx.emit
+    a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
+    r = _fmod(ctx, a, b)
+    if is_unsigned(r.dtype):
+        return r
+    zero = ctx.full_like(0, r)
+    signs_differ = e.binary("xor", e.compare(r, zero, "LT"), e.compare(b, zero, "LT"))
+    fix = e.binary("and", e.compare(r, zero, "NE"), signs_differ)
+    return e.select(fix, e.binary("add", r, b), r)
+
+
+@lowering(
+    aten.__lshift__.Scalar,
+    aten.__lshift__.Tensor,
+    aten.bitwise_left_shift.Tensor,
+    aten.bitwise_left_shift.Tensor_Scalar,
+    aten.bitwise_left_shift.Scalar_Tensor,
+    supports=dtypes_in(*INTS),
+)
+def _lower_left_shift(ctx: LoweringContext, a, b) -> Value:
+    a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
+    return ctx.emit.binary("shift_left", a, b)
+
+
+@lowering(
+    aten.__rshift__.Scalar,
+    aten.__rshift__.Tensor,
+    aten.bitwise_right_shift.Tensor,
+    aten.bitwise_right_shift.Tensor_Scalar,
+    aten.bitwise_right_shift.Scalar_Tensor,
+    supports=dtypes_in(*INTS),
+)
+def _lower_right_shift(ctx: LoweringContext, a, b) -> Value:
+    """Arithmetic shift for signed types, logical for uint8 (as C++ ``>>``)."""
+    a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
+    hlo = "shift_right_logical" if is_unsigned(a.dtype) else "shift_right_arithmetic"
+    return ctx.emit.binary(hlo, a, b)

@@ -10,6 +10,7 @@ import torch.fx as fx
 from ..context import LoweringContext, broadcast_shapes
 from ..emit import Value
 from ..registry import ALL_DTYPES, dtypes_in, lowering
+from .reduction import _minmax_init
 
 aten = torch.ops.aten
 any_dtype = dtypes_in(*ALL_DTYPES)
@@ -112,50 +113,107 @@ def _lower_scatter_add(ctx: LoweringContext, x: Value, dim: int, index: Value, s
     return _scatter_elements(ctx, x, dim, index, src, "add")
 
 
-def supports_leading_indices(node: fx.Node) -> str | None:
-    """index / index_put: index tensors must cover a leading run of dims (``x[i]``, ``x[i, j]``)."""
-    indices = node.args[1]
-    seen_none = False
-    for idx in indices:
-        if idx is None:
-            seen_none = True
-        elif seen_none:
-            return "index tensors after a skipped (None / ':') dim are not supported yet"
-        elif isinstance(idx, fx.Node) and idx.meta["val"].dtype == torch.bool:
+_SCATTER_REDUCE = {
+    "sum": "add",
+    "mean": "add",
+    "prod": "multiply",
+    "amax": "maximum",
+    "amin": "minimum",
+}
+
+
+def _reduce_identity(reduce: str, dtype: torch.dtype) -> float | int | bool:
+    if reduce in ("sum", "mean"):
+        return 0
+    if reduce == "prod":
+        return 1
+    return _minmax_init(dtype, largest=reduce == "amax")
+
+
+@lowering(aten.scatter_reduce.two, supports=any_dtype)
+def _lower_scatter_reduce(
+    ctx: LoweringContext,
+    x: Value,
+    dim: int,
+    index: Value,
+    src: Value,
+    reduce: str,
+    *,
+    include_self: bool = True,
+) -> Value:
+    """Without ``include_self``, every scattered-to position first becomes the reduction's
+    identity; ``mean`` divides by the per-position count (floor division for integers), as
+    eager's kernel does."""
+    e = ctx.emit
+    if not include_self:
+        x = _scatter_elements(ctx, x, dim, index, _reduce_identity(reduce, x.dtype), None)
+    out = _scatter_elements(ctx, x, dim, index, src, _SCATTER_REDUCE[reduce])
+    if reduce != "mean":
+        return out
+    count = ctx.full_like(1 if include_self else 0, out)
+    count = _scatter_elements(ctx, count, dim, index, 1, "add")
+    count = e.select(
+        e.compare(count, ctx.full_like(0, count), "EQ"), ctx.full_like(1, count), count
+    )
+    if out.dtype.is_floating_point:
+        return e.binary("divide", out, count)
+    quotient = e.binary("divide", out, count)  # truncates; floor for a negative inexact result
+    inexact = e.compare(e.binary("multiply", quotient, count), out, "NE")
+    negative = e.compare(out, ctx.full_like(0, out), "LT")
+    fix = e.binary("and", inexact, negative)
+    return e.select(fix, e.binary("subtract", quotient, ctx.full_like(1, quotient)), quotient)
+
+
+def supports_index_tensors(node: fx.Node) -> str | None:
+    """index / index_put: integer index tensors in any positions (boolean masks are rejected:
+    their result shape depends on the data)."""
+    for idx in node.args[1]:
+        if isinstance(idx, fx.Node) and idx.meta["val"].dtype == torch.bool:
             return "boolean-mask indexing has a data-dependent shape"
     return None
 
 
-def _stacked_indices(
+def _advanced_index(
     ctx: LoweringContext, x: Value, indices: Sequence[Value | None]
-) -> tuple[Value, int]:
-    """Broadcast the leading index tensors together and stack them on a trailing dim."""
-    tensors = [i for i in indices if i is not None]
+) -> tuple[Value, list[int], list[int]]:
+    """torch advanced indexing as gather/scatter dimension numbers.
+
+    Returns the stacked coordinates (``broadcast shape + [k]``), the indexed operand dims, and the
+    result positions of the operand's remaining (sliced) dims. As in NumPy, the broadcast index
+    dims replace the indexed dims in place when those are adjacent, and go first otherwise.
+    """
+    e = ctx.emit
+    indexed = [d for d, t in enumerate(indices) if t is not None]
+    tensors = [indices[d] for d in indexed]
     shape = broadcast_shapes(*[t.shape for t in tensors])
     cols = []
-    for d, t in enumerate(tensors):
+    for d, t in zip(indexed, tensors, strict=True):
         t = ctx.broadcast_to(_wrap_negative(ctx, t, x.shape[d]), shape)
-        cols.append(ctx.emit.reshape(t, [*shape, 1]))
-    return ctx.emit.concatenate(cols, len(shape)), len(tensors)
+        cols.append(e.reshape(t, [*shape, 1]))
+    coords = e.concatenate(cols, len(shape))
+    adjacent = indexed == list(range(indexed[0], indexed[-1] + 1))
+    first = indexed[0] if adjacent else 0
+    rest = [d for d in range(x.rank) if d not in indexed]
+    offset_dims = [i if i < first else i + len(shape) for i in range(len(rest))]
+    return coords, indexed, offset_dims
 
 
-@lowering(aten.index.Tensor, supports=supports_leading_indices)
+@lowering(aten.index.Tensor, supports=supports_index_tensors)
 def _lower_index(ctx: LoweringContext, x: Value, indices: Sequence[Value | None]) -> Value:
-    coords, k = _stacked_indices(ctx, x, indices)
-    batch = coords.rank - 1
+    coords, indexed, offset_dims = _advanced_index(ctx, x, indices)
     return ctx.emit.gather(
         x,
         coords,
-        offset_dims=list(range(batch, batch + x.rank - k)),
-        collapsed_slice_dims=list(range(k)),
-        start_index_map=list(range(k)),
-        index_vector_dim=batch,
-        slice_sizes=[1] * k + list(x.shape[k:]),
+        offset_dims=offset_dims,
+        collapsed_slice_dims=indexed,
+        start_index_map=indexed,
+        index_vector_dim=coords.rank - 1,
+        slice_sizes=[1 if d in indexed else n for d, n in enumerate(x.shape)],
         out_shape=ctx.out_shape,
     )
 
 
-@lowering(aten.index_put.default, aten._unsafe_index_put.default, supports=supports_leading_indices)
+@lowering(aten.index_put.default, aten._unsafe_index_put.default, supports=supports_index_tensors)
 def _lower_index_put(
     ctx: LoweringContext,
     x: Value,
@@ -163,18 +221,22 @@ def _lower_index_put(
     values: Value,
     accumulate: bool = False,
 ) -> Value:
-    coords, k = _stacked_indices(ctx, x, indices)
-    batch = coords.rank - 1
+    coords, indexed, offset_dims = _advanced_index(ctx, x, indices)
+    # The updates have the shape x[indices] would have; values broadcast to it.
+    batch = list(coords.shape[:-1])
+    rest = [n for d, n in enumerate(x.shape) if d not in indexed]
+    shape, rest_iter, batch_iter = [], iter(rest), iter(batch)
+    for i in range(len(batch) + len(rest)):
+        shape.append(next(rest_iter) if i in offset_dims else next(batch_iter))
     (values,) = ctx.promote(values, dtype=x.dtype)
-    updates = ctx.broadcast_to(values, [*coords.shape[:-1], *x.shape[k:]])
     return ctx.emit.scatter(
         x,
         coords,
-        updates,
-        update_window_dims=list(range(batch, batch + x.rank - k)),
-        inserted_window_dims=list(range(k)),
-        scatter_dims_to_operand_dims=list(range(k)),
-        index_vector_dim=batch,
+        ctx.broadcast_to(values, shape),
+        update_window_dims=offset_dims,
+        inserted_window_dims=indexed,
+        scatter_dims_to_operand_dims=indexed,
+        index_vector_dim=coords.rank - 1,
         combiner="add" if accumulate else None,
     )
 

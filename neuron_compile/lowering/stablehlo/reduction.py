@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -129,3 +129,140 @@ def _lower_var_std(
     if ctx.node.target is aten.std.correction:
         var = e.unary("sqrt", var)
     return e.convert(var, ctx.out_dtype)
+
+
+@lowering(aten.var_mean.correction, supports=dtypes_in(*FLOATS))
+def _lower_var_mean(
+    ctx: LoweringContext, x: Value, dim=None, *, correction=None, keepdim: bool = False
+) -> tuple[Value, Value]:
+    e = ctx.emit
+    dims = reduce_dims(dim, x.rank)
+    mean, var = moments(
+        ctx, e.convert(x, ctx.compute_dtype(x.dtype)), dims, 1 if correction is None else correction
+    )
+    if not keepdim:
+        kept = [d for i, d in enumerate(x.shape) if i not in dims]
+        mean, var = e.reshape(mean, kept), e.reshape(var, kept)
+    return e.convert(var, ctx.out_type(0).dtype), e.convert(mean, ctx.out_type(1).dtype)
+
+
+# ---- products -------------------------------------------------------------------------------
+@lowering(aten.prod.dim_int, aten.prod.default, supports=any_dtype)
+def _lower_prod(
+    ctx: LoweringContext, x: Value, dim: int | None = None, keepdim: bool = False, **_: object
+) -> Value:
+    e = ctx.emit
+    out = ctx.out_dtype
+    acc = ctx.compute_dtype(out)
+    dims = reduce_dims(dim, x.rank)
+    if acc == torch.bool:
+        reduced = e.reduce_simple(e.convert(x, torch.bool), True, dims, "and")
+    else:
+        reduced = e.reduce_simple(e.convert(x, acc), 1, dims, "multiply")
+    return e.convert(keep_dims(ctx, reduced, x, dims, keepdim), out)
+
+
+# ---- norms ----------------------------------------------------------------------------------
+@lowering(aten.linalg_vector_norm.default, supports=dtypes_in(*FLOATS))
+def _lower_linalg_vector_norm(
+    ctx: LoweringContext,
+    x: Value,
+    ord: float = 2,  # noqa: A002
+    dim=None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> Value:
+    """``ord`` = 2 / 1 / inf / -inf / 0 / p, computed in float32 for low-precision inputs."""
+    e = ctx.emit
+    dims = reduce_dims(dim, x.rank)
+    a = e.unary("abs", e.convert(x, ctx.compute_dtype(ctx.out_dtype)))
+    if ord == math.inf:
+        reduced = e.reduce_simple(a, 0.0, dims, "maximum")
+    elif ord == -math.inf:
+        reduced = e.reduce_simple(a, math.inf, dims, "minimum")
+    elif ord == 0:
+        nonzero = e.convert(e.compare(a, ctx.full_like(0, a), "NE"), a.dtype)
+        reduced = e.reduce_simple(nonzero, 0, dims, "add")
+    elif ord == 1:
+        reduced = e.reduce_simple(a, 0, dims, "add")
+    elif ord == 2:
+        reduced = e.unary("sqrt", e.reduce_simple(e.binary("multiply", a, a), 0, dims, "add"))
+    else:
+        powered = e.binary("power", a, ctx.full_like(float(ord), a))
+        total = e.reduce_simple(powered, 0, dims, "add")
+        reduced = e.binary("power", total, ctx.full_like(1.0 / float(ord), total))
+    return e.convert(keep_dims(ctx, reduced, x, dims, keepdim), ctx.out_dtype)
+
+
+# ---- arg-reductions -------------------------------------------------------------------------
+def arg_combiner(
+    ctx: LoweringContext, largest: bool, later_on_ties: bool
+) -> Callable[[Value, Value, Value, Value], list[Value]]:
+    """Combiner of (value, index) pairs for a variadic reduce: the max (``largest``) or min of a
+    total order, so XLA may combine in any order. NaN beats every number (torch propagates NaN);
+    among equal values (and among NaNs) the smaller index wins, or the larger one when
+    ``later_on_ties`` (torch's cummax/cummin)."""
+    e = ctx.emit
+
+    def combine(av: Value, ai: Value, bv: Value, bi: Value) -> list[Value]:
+        index_wins = e.compare(ai, bi, "GT" if later_on_ties else "LT")
+        better = e.compare(av, bv, "GT" if largest else "LT")
+        a_wins = e.binary("or", better, e.binary("and", e.compare(av, bv, "EQ"), index_wins))
+        if av.dtype.is_floating_point:
+            a_nan, b_nan = e.compare(av, av, "NE"), e.compare(bv, bv, "NE")
+            numeric = e.binary("and", a_wins, e.unary("not", b_nan))
+            a_wins = e.select(
+                e.binary("and", a_nan, b_nan), index_wins, e.binary("or", a_nan, numeric)
+            )
+        return [e.select(a_wins, av, bv), e.select(a_wins, ai, bi)]
+
+    return combine
+
+
+INDEX = torch.int32  # int64 indices run as int32 (64-bit policy)
+
+
+def arg_reduce(ctx: LoweringContext, x: Value, dim: int, largest: bool) -> tuple[Value, Value]:
+    """(values, indices) of the max/min of ``x`` along ``dim``; first index on ties."""
+    e = ctx.emit
+    inits = [e.scalar(_minmax_init(x.dtype, largest), x.dtype), e.scalar(2**31 - 1, INDEX)]
+    values, indices = e.reduce(
+        [x, e.iota(x.shape, dim, INDEX)], inits, [dim], arg_combiner(ctx, largest, False)
+    )
+    return values, indices
+
+
+def _arg_minmax(
+    ctx: LoweringContext, x: Value, dim: int | None, keepdim: bool, largest: bool
+) -> Value:
+    e = ctx.emit
+    if dim is None:  # over the flattened tensor
+        _, idx = arg_reduce(ctx, e.reshape(x, [math.prod(x.shape)]), 0, largest)
+        return e.reshape(idx, ctx.out_shape)
+    if x.rank == 0:
+        return e.full(0, (), INDEX)
+    (d,) = reduce_dims(dim, x.rank)
+    _, idx = arg_reduce(ctx, x, d, largest)
+    return keep_dims(ctx, idx, x, [d], keepdim)
+
+
+@lowering(aten.argmax.default, supports=any_dtype)
+def _lower_argmax(ctx: LoweringContext, x: Value, dim=None, keepdim: bool = False) -> Value:
+    return _arg_minmax(ctx, x, dim, keepdim, largest=True)
+
+
+@lowering(aten.argmin.default, supports=any_dtype)
+def _lower_argmin(ctx: LoweringContext, x: Value, dim=None, keepdim: bool = False) -> Value:
+    return _arg_minmax(ctx, x, dim, keepdim, largest=False)
+
+
+@lowering(aten.max.dim, aten.min.dim, supports=any_dtype)
+def _lower_max_min_dim(
+    ctx: LoweringContext, x: Value, dim: int, keepdim: bool = False
+) -> tuple[Value, Value]:
+    if x.rank == 0:  # a 0-d tensor is its own max, at index 0
+        return x, ctx.emit.full(0, (), INDEX)
+    (d,) = reduce_dims(dim, x.rank)
+    values, idx = arg_reduce(ctx, x, d, largest=ctx.node.target is aten.max.dim)
+    return keep_dims(ctx, values, x, [d], keepdim), keep_dims(ctx, idx, x, [d], keepdim)

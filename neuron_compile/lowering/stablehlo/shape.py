@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from ..context import LoweringContext
-from ..emit import Value
+from ..emit import TensorType, Value
 from ..registry import ALL_DTYPES, dtypes_in, lowering
 
 aten = torch.ops.aten
@@ -175,6 +176,10 @@ def _lower_constant_pad_nd(
     aten.ones_like.default,
     aten.empty.memory_format,
     aten.empty_like.default,
+    aten.empty_permuted.default,
+    aten.empty_strided.default,
+    aten.new_empty_strided.default,
+    aten._efficientzerotensor.default,
     aten.zeros.default,
     aten.ones.default,
     aten.new_zeros.default,
@@ -227,3 +232,149 @@ def _lower_arange(ctx: LoweringContext, *args: object, **kwargs: object) -> Valu
 @lowering(aten.copy.default, supports=any_dtype)
 def _lower_copy(ctx: LoweringContext, dst: Value, src: Value, non_blocking: bool = False) -> Value:
     return ctx.broadcast_to(ctx.emit.convert(src, ctx.out_dtype), ctx.out_shape)
+
+
+@lowering(aten.tril_indices.default, aten.triu_indices.default, supports=any_dtype)
+def _lower_tril_triu_indices(
+    ctx: LoweringContext, row: int, col: int, offset: int = 0, **_: object
+) -> Value:
+    """A compile-time constant (2, N) index table."""
+    make = np.tril_indices if ctx.node.target is aten.tril_indices.default else np.triu_indices
+    table = np.stack(make(row, offset, col)).astype(np.int64)
+    return ctx.emit.constant(table, ctx.out_type())
+
+
+# ---- reordering and tiling ------------------------------------------------------------------
+@lowering(aten.flip.default, supports=any_dtype)
+def _lower_flip(ctx: LoweringContext, x: Value, dims: Sequence[int]) -> Value:
+    dims = sorted({_dim(d, x.rank) for d in dims})
+    return ctx.emit.reverse(x, dims) if dims else x
+
+
+@lowering(aten.repeat.default, supports=any_dtype)
+def _lower_repeat(ctx: LoweringContext, x: Value, repeats: Sequence[int]) -> Value:
+    """Broadcast to interleaved ``(r0, s0, r1, s1, ...)`` and merge each pair."""
+    lead = len(repeats) - x.rank
+    sizes = [1] * lead + list(x.shape)
+    interleaved = [n for r, s in zip(repeats, sizes, strict=True) for n in (r, s)]
+    dims = [2 * (lead + i) + 1 for i in range(x.rank)]
+    tiled = ctx.emit.broadcast_in_dim(x, interleaved, dims)
+    return ctx.emit.reshape(tiled, ctx.out_shape)
+
+
+@lowering(aten.unfold.default, supports=any_dtype)
+def _lower_unfold(ctx: LoweringContext, x: Value, dimension: int, size: int, step: int) -> Value:
+    """Sliding windows along ``dimension``: one gather with a constant ``(n, size)`` index table;
+    the window index replaces ``dimension`` and the in-window offset becomes the last dim."""
+    e = ctx.emit
+    if x.rank == 0:
+        return e.reshape(x, ctx.out_shape)
+    dim = _dim(dimension, x.rank)
+    n = (x.shape[dim] - size) // step + 1
+    table = (np.arange(n)[:, None] * step + np.arange(size)[None, :]).reshape(n, size, 1)
+    idx = e.constant(table.astype(np.int32), TensorType((n, size, 1), torch.int32))
+    slice_sizes = list(x.shape)
+    slice_sizes[dim] = 1
+    return e.gather(
+        x,
+        idx,
+        offset_dims=[d for d in range(x.rank) if d != dim],
+        collapsed_slice_dims=[dim],
+        start_index_map=[dim],
+        index_vector_dim=2,
+        slice_sizes=slice_sizes,
+        out_shape=ctx.out_shape,
+    )
+
+
+# ---- scatters into views (functionalized in-place writes) -----------------------------------
+def _place(
+    ctx: LoweringContext, x: Value, src: Value, dim: int, start: int, step: int, count: int
+) -> Value:
+    """``x`` with positions ``start, start + step, ...`` (``count`` of them) along ``dim`` taken
+    from ``src``: ``src`` is spread out with interior padding and chosen by a constant mask."""
+    e = ctx.emit
+    if count == 0:
+        return x
+    low = [0] * x.rank
+    high = [0] * x.rank
+    interior = [0] * x.rank
+    low[dim], interior[dim] = start, step - 1
+    high[dim] = x.shape[dim] - (start + (count - 1) * step + 1)
+    spread = e.pad(e.convert(src, x.dtype), e.scalar(0, x.dtype), low, high, interior)
+    mask = np.zeros(x.shape[dim], dtype=bool)
+    mask[start : start + (count - 1) * step + 1 : step] = True
+    pick = e.broadcast_in_dim(
+        e.constant(mask, TensorType((x.shape[dim],), torch.bool)), x.shape, [dim]
+    )
+    return e.select(pick, spread, x)
+
+
+@lowering(aten.slice_scatter.default, supports=any_dtype)
+def _lower_slice_scatter(
+    ctx: LoweringContext,
+    x: Value,
+    src: Value,
+    dim: int = 0,
+    start: int | None = None,
+    end: int | None = None,
+    step: int = 1,
+) -> Value:
+    dim = _dim(dim, x.rank)
+    begin, stop, _ = slice(start, end, step).indices(x.shape[dim])
+    count = len(range(begin, stop, step))
+    return _place(ctx, x, src, dim, begin, step, count)
+
+
+@lowering(aten.select_scatter.default, supports=any_dtype)
+def _lower_select_scatter(
+    ctx: LoweringContext, x: Value, src: Value, dim: int, index: int
+) -> Value:
+    dim = _dim(dim, x.rank)
+    index = index + x.shape[dim] if index < 0 else index
+    shape = list(x.shape)
+    shape[dim] = 1
+    return _place(ctx, x, ctx.emit.reshape(src, shape), dim, index, 1, 1)
+
+
+def _diagonal_layout(
+    x: Value, offset: int, dim1: int, dim2: int
+) -> tuple[list[int], int, int, int]:
+    """Permutation moving (dim1, dim2) last, then (start, stride, length) of the diagonal in the
+    flattened trailing ``d1 * d2`` block: element (i, i + offset) sits at ``start + i * (d2 + 1)``."""
+    d1, d2 = _dim(dim1, x.rank), _dim(dim2, x.rank)
+    perm = [d for d in range(x.rank) if d not in (d1, d2)] + [d1, d2]
+    n1, n2 = x.shape[d1], x.shape[d2]
+    if offset >= 0:
+        length, start = max(0, min(n1, n2 - offset)), offset
+    else:
+        length, start = max(0, min(n1 + offset, n2)), -offset * n2
+    return perm, start, n2 + 1, length
+
+
+@lowering(aten.diagonal.default, aten.diagonal_copy.default, supports=any_dtype)
+def _lower_diagonal(
+    ctx: LoweringContext, x: Value, offset: int = 0, dim1: int = 0, dim2: int = 1
+) -> Value:
+    e = ctx.emit
+    perm, start, stride, length = _diagonal_layout(x, offset, dim1, dim2)
+    moved = e.transpose(x, perm)
+    lead = list(moved.shape[:-2])
+    flat = e.reshape(moved, [*lead, moved.shape[-2] * moved.shape[-1]])
+    stop = start + (length - 1) * stride + 1 if length else start
+    starts, limits, strides = [0] * len(lead), list(lead), [1] * len(lead)
+    return e.slice(flat, [*starts, start], [*limits, stop], [*strides, stride])
+
+
+@lowering(aten.diagonal_scatter.default, supports=any_dtype)
+def _lower_diagonal_scatter(
+    ctx: LoweringContext, x: Value, src: Value, offset: int = 0, dim1: int = 0, dim2: int = 1
+) -> Value:
+    e = ctx.emit
+    perm, start, stride, length = _diagonal_layout(x, offset, dim1, dim2)
+    moved = e.transpose(x, perm)
+    lead = list(moved.shape[:-2])
+    flat = e.reshape(moved, [*lead, moved.shape[-2] * moved.shape[-1]])
+    flat = _place(ctx, flat, src, len(lead), start, stride, length)
+    inverse = [perm.index(d) for d in range(x.rank)]
+    return e.transpose(e.reshape(flat, moved.shape), inverse)

@@ -1,0 +1,110 @@
+"""Scans (cumulative ops): cumsum, cumprod, cummax/cummin, logcumsumexp.
+
+Each scan is one ``reduce_window`` whose window covers the whole scanned dim, padded by N - 1
+init values on the low side: output ``i`` reduces elements ``0..i`` exactly, with no ``while``
+loop or associative-scan tree. The cost is O(N^2) per row, which is fine for the sequence
+lengths scans see in models (XLA's own CPU/GPU lowering of ``cumsum`` does the same).
+Low-precision floats accumulate in float32 and round once, as eager's CPU kernels do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..context import LoweringContext
+from ..emit import Value
+from ..registry import ALL_DTYPES, FLOATS, dtypes_in, lowering
+from .reduction import INDEX, _minmax_init, arg_combiner
+
+aten = torch.ops.aten
+any_dtype = dtypes_in(*ALL_DTYPES)
+
+
+def _dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+def scan(
+    ctx: LoweringContext,
+    xs: Sequence[Value],
+    inits: Sequence[Value],
+    dim: int,
+    body: Callable[..., Sequence[Value]],
+) -> list[Value]:
+    """Inclusive scan of ``xs`` along ``dim`` with the associative ``body``."""
+    x = xs[0]
+    if x.rank == 0:
+        return list(xs)
+    n = x.shape[dim]
+    window = [1] * x.rank
+    window[dim] = n
+    padding = [(0, 0)] * x.rank
+    padding[dim] = (n - 1, 0)
+    return ctx.emit.reduce_window(xs, inits, window, [1] * x.rank, padding, body)
+
+
+def _accumulating(ctx: LoweringContext, x: Value, dim: int, combiner: str, init: int) -> Value:
+    e = ctx.emit
+    out = ctx.out_dtype
+    acc = ctx.compute_dtype(out)
+    if acc == torch.bool:  # only reachable with an explicit dtype=torch.bool
+        acc = torch.int32
+    src = e.convert(x, acc)
+    (total,) = scan(
+        ctx,
+        [src],
+        [e.scalar(init, acc)],
+        _dim(dim, max(x.rank, 1)),
+        lambda a, b: [e.binary(combiner, a, b)],
+    )
+    return e.convert(total, out)
+
+
+@lowering(aten.cumsum.default, supports=any_dtype)
+def _lower_cumsum(ctx: LoweringContext, x: Value, dim: int, **_: object) -> Value:
+    return _accumulating(ctx, x, dim, "add", 0)
+
+
+@lowering(aten.cumprod.default, supports=any_dtype)
+def _lower_cumprod(ctx: LoweringContext, x: Value, dim: int, **_: object) -> Value:
+    return _accumulating(ctx, x, dim, "multiply", 1)
+
+
+@lowering(aten.cummax.default, aten.cummin.default, supports=any_dtype)
+def _lower_cummax_cummin(ctx: LoweringContext, x: Value, dim: int) -> tuple[Value, Value]:
+    """Running max/min with its index; on ties (and among NaNs) torch reports the latest index."""
+    e = ctx.emit
+    if x.rank == 0:
+        return x, e.full(0, (), INDEX)
+    dim = _dim(dim, x.rank)
+    largest = ctx.node.target is aten.cummax.default
+    # The init pair loses every comparison: the weakest value with index -1 (ties go later).
+    inits = [e.scalar(_minmax_init(x.dtype, largest), x.dtype), e.scalar(-1, INDEX)]
+    values, indices = scan(
+        ctx, [x, e.iota(x.shape, dim, INDEX)], inits, dim, arg_combiner(ctx, largest, True)
+    )
+    return values, indices
+
+
+def _logaddexp(ctx: LoweringContext, a: Value, b: Value) -> list[Value]:
+    """``log(exp(a) + exp(b))`` without overflow; exact for equal infinities (no inf - inf)."""
+    e = ctx.emit
+    hi, lo = e.binary("maximum", a, b), e.binary("minimum", a, b)
+    delta = e.select(e.compare(a, b, "EQ"), e.scalar(0.0, a.dtype), e.binary("subtract", lo, hi))
+    return [e.binary("add", hi, e.unary("log_plus_one", e.unary("exponential", delta)))]
+
+
+@lowering(aten.logcumsumexp.default, supports=dtypes_in(*FLOATS))
+def _lower_logcumsumexp(ctx: LoweringContext, x: Value, dim: int) -> Value:
+    e = ctx.emit
+    xf = e.convert(x, ctx.compute_dtype(x.dtype))
+    (out,) = scan(
+        ctx,
+        [xf],
+        [e.scalar(float("-inf"), xf.dtype)],
+        _dim(dim, max(x.rank, 1)),
+        lambda a, b: _logaddexp(ctx, a, b),
+    )
+    return e.convert(out, ctx.out_dtype)

@@ -1,0 +1,197 @@
+"""Summaries of conformance results: per-dtype counts, CSV, text table and the README's Markdown."""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from .harness import OUTCOMES, Result, entry_outcome
+
+CSV_FIELDS = ("op", "variant", "dtype", "phase", "outcome", "reason", "max_abs_err", "max_rel_err")
+
+
+class CsvWriter:
+    """Writes rows as they arrive, so a killed run still leaves every finished entry on disk."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self._writer = csv.DictWriter(stream, fieldnames=CSV_FIELDS)
+        self._writer.writeheader()
+
+    def write(self, result: Result) -> None:
+        self._writer.writerow(result.as_row())
+        self._stream.flush()
+
+
+def read_csv(stream: IO[str]) -> list[Result]:
+    rows = []
+    for row in csv.DictReader(stream):
+        for k in ("max_abs_err", "max_rel_err"):
+            row[k] = float(row[k]) if row.get(k) else None
+        rows.append(Result(**{k: row[k] for k in CSV_FIELDS}))
+    return rows
+
+
+def entries(results: Iterable[Result]) -> dict[tuple[str, str, str], Result]:
+    """(op, variant, dtype) -> overall result (forward + backward)."""
+    grouped: dict[tuple[str, str, str], list[Result]] = defaultdict(list)
+    for r in results:
+        grouped[r.entry].append(r)
+    return {k: entry_outcome(rs) for k, rs in grouped.items()}
+
+
+@dataclass
+class DtypeSummary:
+    dtype: str
+    counts: Counter = field(default_factory=Counter)  # outcome -> entries
+    phase_counts: dict[str, Counter] = field(default_factory=dict)  # phase -> outcome -> rows
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def attempted(self) -> int:
+        return self.total - self.counts["skip"]
+
+    @property
+    def pass_rate(self) -> float:
+        return self.counts["pass"] / self.attempted if self.attempted else 0.0
+
+    def phase_rate(self, phase: str) -> tuple[int, int]:
+        c = self.phase_counts.get(phase, Counter())
+        return c["pass"], sum(c.values()) - c["skip"]
+
+    def as_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"dtype": self.dtype, "entries": self.total}
+        d["attempted"] = self.attempted
+        d.update({o: self.counts[o] for o in OUTCOMES})
+        d["pass_rate"] = round(self.pass_rate, 4)
+        for phase in ("forward", "backward"):
+            passed, attempted = self.phase_rate(phase)
+            d[f"{phase}_pass"], d[f"{phase}_attempted"] = passed, attempted
+        return d
+
+
+def summarize(results: list[Result]) -> dict[str, DtypeSummary]:
+    out: dict[str, DtypeSummary] = {}
+    for (_, _, dtype), r in entries(results).items():
+        out.setdefault(dtype, DtypeSummary(dtype)).counts[r.outcome] += 1
+    for r in results:
+        s = out[r.dtype]
+        s.phase_counts.setdefault(r.phase, Counter())[r.outcome] += 1
+    return out
+
+
+_COLUMNS = ("entries", "skip", "attempted", "pass", "fallback", "xfail", "mismatch", "error")
+
+
+def format_table(summary: dict[str, DtypeSummary]) -> str:
+    head = ["dtype", *_COLUMNS, "pass rate", "fwd pass", "bwd pass"]
+    rows = [head]
+    for s in summary.values():
+        d = s.as_dict()
+        fwd, bwd = s.phase_rate("forward"), s.phase_rate("backward")
+        rows.append(
+            [s.dtype, *(str(d[c]) for c in _COLUMNS), f"{100 * s.pass_rate:.1f}%"]
+            + [f"{p}/{a}" for p, a in (fwd, bwd)]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
+
+
+# --------------------------------------------------------------------------- gap grouping
+
+_NUM = re.compile(r"\d+(\.\d+)?(e-?\d+)?")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def gap_group(r: Result) -> str:
+    """A stable label for why an entry is not passing (what to fix), coarse enough to group."""
+    reason = r.reason
+    if r.outcome == "fallback":
+        m = re.match(r"unsupported: (\S+): (.*)", reason)
+        if m:
+            why = m.group(2)
+            if why.startswith("no lowering"):
+                return f"no lowering for {m.group(1)}"
+            return f"{m.group(1)} rejected: {_NUM.sub('N', why)}"
+        return reason  # "fell back: ..." from the partitioner
+    if r.outcome == "mismatch":
+        kind = "dtype" if "dtype" in reason else "shape" if "shape" in reason else "values"
+        if kind == "dtype":
+            return f"{r.phase} {_QUOTED.sub('', reason.split(': ', 1)[-1])}"
+        return f"{r.phase} numerical mismatch ({kind})"
+    if r.outcome == "xfail":
+        return "expected failure: " + reason.split(" [", 1)[0]
+    text = _NUM.sub("N", reason)
+    return text[:140]
+
+
+def gaps(results: list[Result], dtype: str) -> list[tuple[str, str, list[str]]]:
+    """``(outcome, group, [op names])`` for non-passing attempted entries, most common first."""
+    grouped: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for (op, variant, dt), r in entries(results).items():
+        if dt != dtype or r.outcome in ("pass", "skip"):
+            continue
+        grouped[(r.outcome, gap_group(r))].append(f"{op}.{variant}" if variant else op)
+    ordered = sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [(outcome, group, sorted(ops)) for (outcome, group), ops in ordered]
+
+
+def skips(results: list[Result], dtype: str) -> list[tuple[str, int]]:
+    c: Counter = Counter()
+    for (_, _, dt), r in entries(results).items():
+        if dt == dtype and r.outcome == "skip":
+            c[
+                _NUM.sub("N", r.reason.split(": ", 2)[0] if "Dynamo" not in r.reason else r.reason)[
+                    :100
+                ]
+            ] += 1
+    return c.most_common()
+
+
+def _ops_list(ops: list[str], limit: int = 12) -> str:
+    shown = ", ".join(f"`{o}`" for o in ops[:limit])
+    return shown + (f", … (+{len(ops) - limit})" if len(ops) > limit else "")
+
+
+def markdown(results: list[Result], *, command: str, meta: dict[str, str]) -> str:
+    summary = summarize(results)
+    lines = [
+        "### OpInfo conformance (generated)",
+        "",
+        f"Generated by `{command}` — "
+        + ", ".join(f"{k} {v}" for k, v in meta.items())
+        + ". Do not edit by hand.",
+        "",
+        "An entry is one (OpInfo, variant, dtype). It **passes** when every sample's forward "
+        "outputs and, for differentiable floating-point entries, input gradients match eager "
+        "through the StableHLO path (no CPU fallback). Skipped entries (random/uninitialized "
+        "outputs, sparse/complex, not captured by Dynamo, eager itself raising) are not "
+        "attempted.",
+        "",
+        "| dtype | entries | skipped | attempted | pass | fallback | xfail | mismatch | error "
+        "| pass rate | forward pass | backward pass |",
+        "|---|" + "---:|" * 12,
+    ]
+    for s in summary.values():
+        d = s.as_dict()
+        (fp, fa), (bp, ba) = s.phase_rate("forward"), s.phase_rate("backward")
+        cells = [s.dtype, *(str(d[c]) for c in _COLUMNS), f"**{100 * s.pass_rate:.1f}%**"]
+        cells += [f"{fp}/{fa}", f"{bp}/{ba}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    for dtype in summary:
+        lines += ["", f"#### Remaining gaps ({dtype}), most common first", ""]
+        for outcome, group, ops in gaps(results, dtype):
+            lines.append(f"- **{outcome}** — {group} ({len(ops)}): {_ops_list(ops)}")
+        skipped = skips(results, dtype)
+        if skipped:
+            lines += ["", f"<details><summary>Skipped ({dtype})</summary>", ""]
+            lines += [f"- {reason}: {n}" for reason, n in skipped]
+            lines += ["", "</details>"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,112 @@
+"""Run the OpInfo conformance sweep: ``python -m tests.conformance.run --help``.
+
+The full float32 run (documented command)::
+
+    python -m tests.conformance.run --csv conformance.csv --markdown coverage.md
+
+prints the summary table, writes one CSV row per (op, variant, dtype, phase) as entries finish and
+a generated Markdown coverage section for the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import jax
+import torch
+
+from . import harness, report
+
+
+def _progress(enabled: bool):
+    tty = sys.stderr.isatty()
+    start = time.perf_counter()
+
+    def show(i: int, n: int, label: str) -> None:
+        if not enabled:
+            return
+        elapsed = time.perf_counter() - start
+        line = f"[{i}/{n}] {elapsed:6.0f}s {label}"
+        if tty:
+            sys.stderr.write("\r" + line[:100].ljust(100) + ("\n" if i == n else ""))
+        else:
+            sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.conformance.run", description=__doc__)
+    p.add_argument("--ops", help="comma-separated OpInfo names (name or name.variant); default all")
+    p.add_argument("--dtypes", default="float32", help="comma-separated, e.g. float32,bfloat16")
+    p.add_argument("--limit", type=int, help="only the first N selected OpInfos")
+    p.add_argument("--samples", type=int, default=harness.DEFAULT_SAMPLES, help="per entry")
+    p.add_argument("--timeout", type=float, default=harness.DEFAULT_TIMEOUT, help="s per entry")
+    p.add_argument("--csv", type=Path, help="write one row per (op, variant, dtype, phase)")
+    p.add_argument("--markdown", type=Path, help="write the README coverage section")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--expectations", type=Path, default=harness.EXPECTATIONS)
+    p.add_argument("--from-csv", type=Path, help="summarize an earlier run instead of running")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    args = p.parse_args(argv)
+
+    started = time.perf_counter()
+    if args.from_csv:
+        with open(args.from_csv, newline="") as f:
+            results = report.read_csv(f)
+    else:
+        try:
+            dtypes = [harness.DTYPES[d.strip()] for d in args.dtypes.split(",") if d.strip()]
+        except KeyError as e:
+            p.error(f"unknown dtype {e}; choose from {', '.join(harness.DTYPES)}")
+        names = [n.strip() for n in args.ops.split(",") if n.strip()] if args.ops else None
+        try:
+            ops = harness.select_ops(harness.load_op_db(), names)
+        except KeyError as e:
+            p.error(str(e.args[0]))
+        ops = ops[: args.limit] if args.limit else ops
+        expectations = harness.load_expectations(args.expectations)
+        results = []
+        csv_file = open(args.csv, "w", newline="") if args.csv else None  # noqa: SIM115
+        writer = report.CsvWriter(csv_file) if csv_file else None
+        try:
+            for r in harness.run_sweep(
+                ops,
+                dtypes,
+                samples=args.samples,
+                timeout=args.timeout,
+                expectations=expectations,
+                progress=_progress(not args.quiet),
+            ):
+                results.append(r)
+                if writer:
+                    writer.write(r)
+        finally:
+            if csv_file:
+                csv_file.close()
+    elapsed = time.perf_counter() - started
+
+    summary = report.summarize(results)
+    if args.json:
+        print(json.dumps([s.as_dict() for s in summary.values()], indent=2))
+    else:
+        print(report.format_table(summary))
+        print(f"\n{len(results)} rows in {elapsed:.0f} s")
+    if args.markdown:
+        command = "python -m tests.conformance.run " + " ".join(argv or sys.argv[1:])
+        meta = {
+            "torch": torch.__version__,
+            "jax": jax.__version__,
+            "samples/entry": str(args.samples),
+        }
+        args.markdown.write_text(report.markdown(results, command=command.strip(), meta=meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
