@@ -18,6 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 from .backend import neuron_backend  # noqa: E402
 from .config import NeuronConfig, load_config  # noqa: E402
 from .errors import NeuronCompileError  # noqa: E402
+from .fallback import clear_fallback_ops, get_fallback_ops  # noqa: E402
 from .metrics import GraphRecord, metrics, reset_metrics  # noqa: E402
 
 
@@ -40,6 +41,8 @@ __all__ = [
     "NeuronCompileError",
     "NeuronConfig",
     "__version__",
+    "clear_fallback_ops",
+    "get_fallback_ops",
     "load_config",
     "metrics",
     "neuron_backend",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,11 +20,13 @@ from . import artifact as artifact_mod
 from .cache import artifact_key, executable_cache
 from .config import NeuronConfig
 from .dump import dump_graph
-from .errors import BUG_HINT, DtypePolicyError, ExecutorError, VerifierError
+from .errors import BUG_HINT, DtypePolicyError, ExecutorError, UnsupportedOpError, VerifierError
+from .fallback import FallbackRunner, FallbackWarning, RegionCall
 from .lowering import lower_graph
 from .lowering.context import canonical_dtype
 from .lowering.lower_graph import LoweredGraph
 from .metrics import GraphRecord, add_record
+from .partition import is_fully_supported, partition, split_reasons, summarize
 from .passes import PIPELINE, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
 
@@ -48,6 +51,8 @@ class CompiledGraph:
         # An instance attribute, not a class one: AOTAutograd wraps backward compilers in
         # functools.wraps-based decorators that copy __dict__ only.
         self._boxed_call = True
+        # False for regions of a partitioned graph: its FallbackRunner counts the calls.
+        self.count_calls = False
         self.name = name
         self.record = record
         self.lowered = lowered
@@ -67,7 +72,8 @@ class CompiledGraph:
         )
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        self.record.calls += 1
+        if self.count_calls:
+            self.record.calls += 1
         ins = []
         for index, const, dtype in self._inputs:
             t = args[index] if const is None else const
@@ -136,8 +142,16 @@ def compile_graph(
     cfg: NeuronConfig,
     capture_s: float = 0.0,
     recompile: bool = False,
-) -> CompiledGraph:
-    """Compile ``gm`` (an AOTAutograd forward/backward/inference graph) for the CPU executor."""
+) -> CompiledGraph | FallbackRunner:
+    """Compile ``gm`` (an AOTAutograd forward/backward/inference graph) for the CPU executor.
+
+    ``example_inputs`` are AOTAutograd's (fake) inputs; shapes and dtypes come from the graph's
+    own metadata, so they are accepted for the compiler-callback signature only.
+
+    Fully supported graphs become one executable. Otherwise, with ``fallback="cpu"``, supported
+    regions are compiled and the rest runs eagerly (one ``FallbackWarning`` per graph); with
+    ``fallback="error"`` the first unsupported node raises NC101.
+    """
     record = GraphRecord(
         name=name,
         kind=kind,
@@ -147,6 +161,62 @@ def compile_graph(
     )
     t0 = time.perf_counter()
     run_pipeline(gm, PIPELINE)
+    record.passes_s = time.perf_counter() - t0
+    if is_fully_supported(gm):
+        runner: CompiledGraph | FallbackRunner = _compile_region(gm, name, kind, cfg, record)
+        runner.count_calls = True
+    else:
+        runner = _compile_with_fallback(gm, name, kind, cfg, record)
+    add_record(record)
+    log.debug(
+        "compiled %s: %d nodes, lowering %.1f ms, verify %.1f ms, executor %.1f ms%s",
+        name,
+        record.node_count,
+        1e3 * record.lowering_s,
+        1e3 * record.verify_s,
+        1e3 * record.executor_compile_s,
+        f", {len(record.fallback_ops)} op kinds on CPU" if record.fallback_ops else "",
+    )
+    return runner
+
+
+def _compile_with_fallback(
+    gm: fx.GraphModule, name: str, kind: str, cfg: NeuronConfig, record: GraphRecord
+) -> FallbackRunner:
+    reasons = split_reasons(gm)
+    if cfg.fallback == "error":
+        first = next(n for n in gm.graph.nodes if n.name == reasons[0].node)
+        raise UnsupportedOpError(
+            f"cannot lower {first.target}",
+            node=first,
+            reason=reasons[0].reason,
+            hint="use options={'fallback': 'cpu'} to run unsupported ops eagerly on the CPU, "
+            "or rewrite the model to avoid the op",
+            split_reasons=[r.as_dict() for r in reasons],
+        )
+    warnings.warn(
+        f"neuron-compile: graph {name} runs {len(reasons)} op(s) eagerly on the CPU: "
+        f"{summarize(reasons)}. Each fallback splits the graph and costs a device round trip; "
+        "options={'fallback': 'error'} makes this an error.",
+        FallbackWarning,
+        stacklevel=2,
+    )
+    fused, regions = partition(gm)
+    for region in regions:
+        sub = fused.get_submodule(region)
+        out = next(n for n in sub.graph.nodes if n.op == "output")
+        compiled = _compile_region(sub, f"{name}_{region}", kind, cfg, record)
+        delattr(fused, region)
+        setattr(fused, region, RegionCall(compiled, not isinstance(out.args[0], (tuple, list))))
+    record.fallback_ops = dict(Counter(r.op for r in reasons))
+    record.regions = len(regions)
+    return FallbackRunner(fused, reasons, record)
+
+
+def _compile_region(
+    gm: fx.GraphModule, name: str, kind: str, cfg: NeuronConfig, record: GraphRecord
+) -> CompiledGraph:
+    """Lower, verify, serialize and load one fully supported graph; add its times to ``record``."""
     t1 = time.perf_counter()
     lowered = lower_graph(gm)
     t2 = time.perf_counter()
@@ -164,36 +234,21 @@ def compile_graph(
             f"XLA CPU failed to compile graph {name}: {type(e).__name__}: {e}", hint=BUG_HINT
         ) from e
     t4 = time.perf_counter()
-    record.passes_s, record.lowering_s = t1 - t0, t2 - t1
-    record.verify_s, record.executor_compile_s = t3 - t2, t4 - t3
-    record.executor_cache_hit, record.downcasts = hit, list(lowered.downcasts)
-    record.artifact_bytes = len(art)
-    add_record(record)
-    log.debug(
-        "compiled %s: %d nodes, lowering %.1f ms, verify %.1f ms, executor %.1f ms%s",
-        name,
-        record.node_count,
-        1e3 * record.lowering_s,
-        1e3 * record.verify_s,
-        1e3 * record.executor_compile_s,
-        " (cached)" if hit else "",
-    )
+    record.lowering_s += t2 - t1
+    record.verify_s += t3 - t2
+    record.executor_compile_s += t4 - t3
+    record.executor_cache_hit = hit
+    record.downcasts += lowered.downcasts
+    record.artifact_bytes += len(art)
     if cfg.dump_dir:
         meta = {
             "name": name,
             "kind": kind,
             "inputs": [vars(s) for s in lowered.inputs],
             "outputs": [vars(o) for o in lowered.outputs],
-            "example_inputs": [_spec(x) for x in example_inputs],
             "timings": record.as_dict(),
             "artifact_form": cfg.artifact,
         }
         dump_graph(cfg.dump_dir, name, gm, artifact_mod.pretty(lowered.text), art, meta)
     constants = {s.attr: getattr(gm, s.attr) for s in lowered.inputs if s.attr}
     return CompiledGraph(name, lowered, executable, constants, record)
-
-
-def _spec(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return {"shape": list(x.shape), "dtype": str(x.dtype)}
-    return repr(x)

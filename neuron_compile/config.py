@@ -17,6 +17,7 @@ from .errors import OptionsError
 ENV_PREFIX = "NEURON_COMPILE_"
 
 _SIXTY_FOUR_BIT = ("downcast", "error")
+_FALLBACK = ("cpu", "error")
 _ARTIFACTS = ("portable", "bytecode")
 
 
@@ -31,6 +32,9 @@ class NeuronConfig:
     #: ``downcast``: float64 runs as float32 and int64 as int32 (warning per graph for float64).
     #: ``error``: any 64-bit graph input is an NC104 error.
     sixty_four_bit: str = "downcast"
+    #: ``cpu``: ops without a lowering run eagerly on the CPU between compiled regions (one
+    #: FallbackWarning per graph); ``error``: the first unsupported op is an NC101 error.
+    fallback: str = "cpu"
     #: Verify every emitted module with jaxlib's StableHLO verifier (turn off only to measure it).
     verify: bool = True
     #: Form of the artifact handed to the executor (and to neuronx-cc): ``portable`` = versioned
@@ -44,6 +48,10 @@ class NeuronConfig:
             raise OptionsError(
                 f"invalid sixty_four_bit={self.sixty_four_bit!r}",
                 hint=f"use one of {', '.join(_SIXTY_FOUR_BIT)}",
+            )
+        if self.fallback not in _FALLBACK:
+            raise OptionsError(
+                f"invalid fallback={self.fallback!r}", hint=f"use one of {', '.join(_FALLBACK)}"
             )
         if self.artifact not in _ARTIFACTS:
             raise OptionsError(
@@ -60,6 +68,7 @@ ENV_VARS: dict[str, str] = {
     "model_name": ENV_PREFIX + "MODEL_NAME",
     "dump_dir": ENV_PREFIX + "DUMP_DIR",
     "sixty_four_bit": ENV_PREFIX + "64BIT",
+    "fallback": ENV_PREFIX + "FALLBACK",
     "verify": ENV_PREFIX + "VERIFY",
     "artifact": ENV_PREFIX + "ARTIFACT",
 }

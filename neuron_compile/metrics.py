@@ -29,6 +29,8 @@ class GraphRecord:
     recompile: bool = False  # a new static specialization of an already compiled frame
     downcasts: list[str] = field(default_factory=list)
     artifact_bytes: int = 0
+    regions: int = 1  # compiled regions; more than one when ops fall back to the CPU
+    fallback_ops: dict[str, int] = field(default_factory=dict)  # op -> nodes run eagerly
 
     @property
     def our_compile_s(self) -> float:

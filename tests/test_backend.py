@@ -15,6 +15,7 @@ import neuron_compile
 from neuron_compile.compiler import DowncastWarning
 from neuron_compile.errors import NeuronCompileError
 from neuron_compile.shapes import RecompileWarning
+from tests.custom_ops import cpu_scan
 
 
 def _run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -220,15 +221,16 @@ def test_int64_indices_round_trip_as_int64():
 
 
 # ---- coded errors -------------------------------------------------------------------------
-def test_unsupported_op_names_op_and_user_line():
-    def uses_cumsum(x):
-        return torch.cumsum(x, 0) + 1  # the line the error must point at
+def test_unsupported_op_with_fallback_error_names_op_and_user_line():
+    def uses_custom_op(x):
+        return cpu_scan(x) + 1  # the line the error must point at
 
-    err = _compile_error(uses_cumsum, torch.randn(4))
+    err = _compile_error(uses_custom_op, torch.randn(4), options={"fallback": "error"})
     assert err.code == "NC101"
-    assert "aten.cumsum" in str(err)
-    assert "test_backend.py" in err.where and "uses_cumsum" in err.where
-    assert "torch.cumsum(x, 0)" in str(err)
+    assert "nctest.cpu_scan" in str(err)
+    assert "test_backend.py" in err.where and "uses_custom_op" in err.where
+    assert "cpu_scan(x) + 1" in str(err)
+    assert "fallback" in err.hint
 
 
 def test_verifier_error_is_a_coded_bug_report_naming_the_node(monkeypatch):
@@ -256,7 +258,7 @@ def test_verifier_error_is_a_coded_bug_report_naming_the_node(monkeypatch):
 def test_errors_survive_pickling():
     import pickle
 
-    err = _compile_error(lambda x: torch.cumsum(x, 0), torch.randn(4))
+    err = _compile_error(cpu_scan, torch.randn(4), options={"fallback": "error"})
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is type(err) and back.code == "NC101" and str(back) == str(err)
 

@@ -192,7 +192,7 @@ def test_summary_counts_entries_and_pass_rate():
         Result("a", "", "float32", "backward", "mismatch", "grad output 0 differs", 0.5),
         Result("b", "", "float32", "forward", "pass"),
         Result("c", "", "float32", "forward", "skip", "random"),
-        Result("d", "", "float32", "forward", "fallback", "unsupported: aten.x.default: no "),
+        Result("d", "", "float32", "forward", "fallback", "unsupported: aten.x.default: no lowering registered"),
     ]
     s = report.summarize(rows)["float32"]
     assert (s.total, s.attempted, s.counts["pass"], s.counts["mismatch"]) == (4, 3, 1, 1)

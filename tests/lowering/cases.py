@@ -6,6 +6,7 @@ would live on the case itself (``xfail=...``), never in a global table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,8 @@ _SHORT = {
     torch.bool: "b",
     torch.float64: "f64",
     torch.uint8: "u8",
+    torch.int8: "i8",
+    torch.int16: "i16",
 }
 
 Maker = Callable[[tuple[int, ...], torch.dtype], torch.Tensor]
@@ -39,6 +42,49 @@ def integers(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.randint(-5, 6, shape).to(dtype)
 
 
+def distinct(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A permutation of small integers (exact in every dtype): no ties, so sort orders agree."""
+    n = math.prod(shape)
+    return (torch.randperm(n) - n // 2).reshape(shape).to(dtype)
+
+
+def ties(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Only three distinct values: exercises tie-breaking (first / last index, stability)."""
+    return torch.randint(0, 3, shape).to(dtype)
+
+
+def with_nan(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """randn with NaNs in a few fixed places (two in row 1, one in row 2)."""
+    x = torch.randn(shape)
+    x.view(-1)[[9, 12, 17]] = float("nan")
+    return x.to(dtype)
+
+
+def unit(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Inside (-0.95, 0.95): the domain of asin/acos/atanh/erfinv."""
+    return (torch.rand(shape) * 1.9 - 0.95).to(dtype)
+
+
+_SPECIAL = [0.0, -0.0, 1.5, -2.5, float("inf"), float("-inf"), float("nan"), 3.0]
+
+
+def special(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Signed zeros, infinities and NaN among ordinary numbers."""
+    n = math.prod(shape)
+    return torch.tensor(_SPECIAL * (n // len(_SPECIAL) + 1))[:n].reshape(shape).to(dtype)
+
+
+def cast_source(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Values that exercise every cast out of ``dtype``: fractional and negative floats (which
+    truncate, then wrap for 8/16-bit targets), and integers across their type's range."""
+    if dtype.is_floating_point:
+        return (torch.randn(shape) * 100).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(shape) > 0.5
+    info = torch.iinfo(dtype)
+    return torch.randint(max(info.min, -(2**20)), min(info.max, 2**20) + 1, shape).to(dtype)
+
+
 def idx(high: int, low: int = 0) -> Maker:
     """int64 indices in [low, high) whatever the case dtype (they are indices, not data)."""
     return lambda shape, dtype: torch.randint(low, high, shape)
@@ -52,6 +98,8 @@ class OpCase:
     dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)
     make: Maker | tuple[Maker, ...] = randn
     xfail: str | None = None
+    #: per-dtype (rtol, atol) overriding TOLERANCE, for ops whose eager kernel uses another formula
+    tol: dict[torch.dtype, tuple[float, float]] | None = None
 
     def inputs(self, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
         makers = self.make if isinstance(self.make, tuple) else (self.make,) * len(self.shapes)
@@ -63,6 +111,17 @@ class OpCase:
 
 F32 = (torch.float32,)
 INT = (torch.int32, torch.int64)
+F32_BF16_INT = (torch.float32, torch.bfloat16, torch.int32)
+CAST_DTYPES = (
+    torch.float32,
+    torch.bfloat16,
+    torch.float16,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+)
 M = (4, 8)
 
 OP_CASES: list[OpCase] = [
@@ -209,6 +268,218 @@ OP_CASES: list[OpCase] = [
         dtypes=F32,
         make=(randn, idx(10)),
     ),
+    # ---- op coverage (issue 3) ----------------------------------------------------------------
+    # reductions
+    OpCase("prod-dim", lambda a: a.prod(1), (M,)),
+    OpCase("prod-all", lambda a: a.prod(), ((3, 4),), dtypes=(*F32, *INT), make=integers),
+    OpCase("prod-keepdim", lambda a: a.prod(0, keepdim=True), (M,), dtypes=INT, make=integers),
+    OpCase("argmax-dim", lambda a: a.argmax(1), (M,), dtypes=F32_BF16_INT, make=ties),
+    OpCase(
+        "argmin-keepdim", lambda a: a.argmin(0, keepdim=True), (M,), dtypes=F32_BF16_INT, make=ties
+    ),
+    OpCase("argmax-flat", lambda a: a.argmax(), (M,)),
+    OpCase(
+        "argmax-argmin-nan", lambda a: (a.argmax(1), a.argmin(1)), (M,), dtypes=F32, make=with_nan
+    ),
+    OpCase("max-dim", lambda a: a.max(1), (M,), dtypes=F32_BF16_INT, make=ties),
+    OpCase(
+        "min-dim-keepdim", lambda a: a.min(0, keepdim=True), (M,), dtypes=F32_BF16_INT, make=ties
+    ),
+    OpCase("max-dim-nan", lambda a: a.max(1), (M,), dtypes=F32, make=with_nan),
+    OpCase("logsumexp", lambda a: a.logsumexp(1), (M,)),
+    OpCase("var-mean", lambda a: torch.var_mean(a, 1), (M,)),
+    OpCase("std-mean-all", lambda a: torch.std_mean(a, correction=0), (M,), dtypes=F32),
+    OpCase(
+        "vector-norm-ords",
+        lambda a: [
+            torch.linalg.vector_norm(a, o, 1) for o in (2, 1, 3, 0.5, 0, math.inf, -math.inf)
+        ],
+        (M,),
+    ),
+    OpCase("normalize", F.normalize, (M,)),
+    # scans
+    OpCase("cumsum", lambda a: a.cumsum(1), (M,), dtypes=F32_BF16_INT, make=integers),
+    OpCase("cumsum-randn", lambda a: a.cumsum(0), (M,)),
+    OpCase(
+        "cumsum-dtype", lambda a: a.cumsum(1, dtype=torch.float32), (M,), dtypes=(torch.bfloat16,)
+    ),
+    OpCase("cumprod", lambda a: a.cumprod(1), (M,)),
+    OpCase("cummax", lambda a: a.cummax(1), (M,), dtypes=F32_BF16_INT, make=ties),
+    OpCase("cummin", lambda a: a.cummin(0), (M,), dtypes=F32_BF16_INT, make=ties),
+    OpCase("cummax-nan", lambda a: a.cummax(1), (M,), dtypes=F32, make=with_nan),
+    OpCase("logcumsumexp", lambda a: a.logcumsumexp(1), (M,)),
+    # sorting
+    OpCase("sort", lambda a: a.sort(1), (M,), dtypes=F32_BF16_INT, make=distinct),
+    OpCase("sort-descending", lambda a: a.sort(0, descending=True), (M,), make=distinct),
+    OpCase(
+        "sort-stable-ties",
+        lambda a: a.sort(dim=1, stable=True),
+        (M,),
+        dtypes=F32_BF16_INT,
+        make=ties,
+    ),
+    OpCase(
+        "sort-stable-ties-desc",
+        lambda a: a.sort(dim=1, stable=True, descending=True),
+        (M,),
+        dtypes=F32,
+        make=ties,
+    ),
+    OpCase(
+        "sort-nan",
+        lambda a: (a.sort(dim=1, stable=True), a.sort(dim=1, stable=True, descending=True)),
+        (M,),
+        dtypes=F32,
+        make=with_nan,
+    ),
+    OpCase("argsort", lambda a: a.argsort(1), (M,), dtypes=F32_BF16_INT, make=distinct),
+    OpCase("topk", lambda a: a.topk(3, 1), (M,), dtypes=F32_BF16_INT, make=distinct),
+    OpCase("topk-smallest", lambda a: a.topk(2, 0, largest=False), (M,), make=distinct),
+    OpCase("kthvalue", lambda a: a.kthvalue(3, 1), (M,), dtypes=F32_BF16_INT, make=distinct),
+    # elementwise math
+    OpCase("atan2", torch.atan2, (M, M)),
+    OpCase("atan2-int", torch.atan2, (M, M), dtypes=(torch.int32,), make=integers),
+    OpCase("fmod", lambda a, b: torch.fmod(a * 4, b), (M, M)),
+    OpCase("fmod-scalar", lambda a: torch.fmod(a * 4, -1.5), (M,)),
+    OpCase("fmod-int", lambda a: torch.fmod(a, 3), (M,), dtypes=INT, make=integers),
+    OpCase("remainder", lambda a, b: torch.remainder(a * 4, b), (M, M)),
+    OpCase("remainder-scalar", lambda a: torch.remainder(a * 4, -1.5), (M,)),
+    OpCase(
+        "remainder-int", lambda a: (a % 3, a % -3), (M,), dtypes=(*INT, torch.int8), make=integers
+    ),
+    OpCase("remainder-rscalar", lambda a: torch.remainder(7, a), (M,), dtypes=INT, make=idx(6, 1)),
+    OpCase("trunc", lambda a: torch.trunc(a * 3), (M,)),
+    OpCase("frac", lambda a: torch.frac(a * 3), (M,)),
+    OpCase("sign", torch.sign, (M,), make=special),
+    OpCase("sign-int", torch.sign, (M,), dtypes=(*INT, torch.int8), make=integers),
+    OpCase("signbit", torch.signbit, (M,), dtypes=(*F32, torch.bfloat16), make=special),
+    OpCase(
+        "isinf-isnan-isfinite",
+        lambda a: (a.isinf(), a.isnan(), a.isfinite()),
+        (M,),
+        dtypes=(*F32, torch.bfloat16),
+        make=special,
+    ),
+    OpCase("copysign", lambda a, b: torch.copysign(a, b), (M, M), make=(randn, special)),
+    OpCase(
+        "fmax-fmin",
+        lambda a, b: (torch.fmax(a, b), torch.fmin(a, b)),
+        (M, M),
+        make=(special, with_nan),
+    ),
+    OpCase("hypot", torch.hypot, (M, M)),
+    OpCase("lerp-scalar", lambda a, b: torch.lerp(a, b, 0.3), (M, M)),
+    OpCase("lerp-tensor", lambda a, b, w: torch.lerp(a, b, w), (M, M, M), dtypes=F32),
+    OpCase(
+        "logical-or-xor",
+        lambda a, b: (a.logical_or(b), a.logical_xor(b)),
+        (M, M),
+        dtypes=(*F32, torch.int32),
+        make=integers,
+    ),
+    OpCase(
+        "shifts",
+        lambda a: (a << 3, a >> 1),
+        (M,),
+        dtypes=(torch.int32, torch.int64, torch.int8, torch.uint8),
+        make=integers,
+    ),
+    OpCase(
+        "shifts-tensor",
+        lambda a, b: (a << b, a >> b),
+        (M, M),
+        dtypes=(torch.int32,),
+        # int32 amounts up to 39: shifting by >= the bit width gives 0 / the sign, as in eager
+        make=(integers, lambda s, d: torch.randint(0, 40, s, dtype=d)),
+    ),
+    OpCase("tan", torch.tan, (M,)),
+    OpCase("atan", torch.atan, (M,), make=special),
+    OpCase("asin-acos", lambda a: (torch.asin(a), torch.acos(a)), (M,), make=unit),
+    OpCase("sinh-cosh", lambda a: (torch.sinh(a * 3), torch.cosh(a * 3)), (M,)),
+    OpCase(
+        "sinh-cosh-special",
+        lambda a: (torch.sinh(a), torch.cosh(a)),
+        (M,),
+        dtypes=F32,
+        make=special,
+    ),
+    OpCase("asinh", lambda a: torch.asinh(a * 10), (M,)),
+    OpCase("acosh", lambda a: torch.acosh(a * 10 + 1), (M,), make=positive),
+    OpCase("atanh", torch.atanh, (M,), make=unit),
+    OpCase("log2-log10", lambda a: (torch.log2(a * 10), torch.log10(a * 10)), (M,), make=positive),
+    OpCase("exp2", torch.exp2, (M,)),
+    OpCase("erfinv", torch.erfinv, (M,), make=unit),
+    # activations (elu/leaky_relu/hardtanh lowered; the others reach us decomposed)
+    OpCase("elu", F.elu, (M,)),
+    OpCase("selu-celu", lambda a: (F.selu(a), F.celu(a, 0.5)), (M,)),
+    OpCase("leaky-relu", lambda a: F.leaky_relu(a, 0.2), (M,)),
+    OpCase("hardtanh-relu6", lambda a: (F.hardtanh(a), F.relu6(a * 4)), (M,)),
+    OpCase("hardswish-hardsigmoid", lambda a: (F.hardswish(a * 3), F.hardsigmoid(a * 3)), (M,)),
+    OpCase("mish", F.mish, (M,)),
+    OpCase("softplus", lambda a: (F.softplus(a), F.softplus(a * 10, beta=2, threshold=5)), (M,)),
+    OpCase("softsign-logsigmoid", lambda a: (F.softsign(a), F.logsigmoid(a)), (M,)),
+    OpCase("glu", lambda a: F.glu(a, 1), (M,)),
+    # casts: every supported dtype to every other one
+    OpCase(
+        "cast-all-pairs",
+        lambda a: [a.to(d) for d in CAST_DTYPES if d != a.dtype],
+        ((64,),),
+        dtypes=CAST_DTYPES,
+        make=cast_source,
+    ),
+    # shape
+    OpCase("flip", lambda a: a.flip(0, 1), (M,), dtypes=F32_BF16_INT, make=integers),
+    OpCase("roll", lambda a: a.roll((1, -3), (0, 1)), (M,)),
+    OpCase("rot90", lambda a: a.rot90(), (M,)),
+    OpCase("repeat", lambda a: a.repeat(2, 1, 3), (M,), dtypes=(*F32, torch.int32), make=integers),
+    OpCase("unfold", lambda a: a.unfold(1, 3, 2), (M,)),
+    OpCase("diagonal", lambda a: [a.diagonal(o) for o in (0, 2, -1, -3)], (M,)),
+    OpCase("diagonal-3d", lambda a: a.diagonal(1, 2, 0), ((3, 4, 5),)),
+    OpCase("diag-embed", torch.diag_embed, ((2, 3),)),
+    OpCase(
+        "tril-triu",
+        lambda a: (a.tril(), a.triu(2), a.tril(-1)),
+        (M,),
+        dtypes=F32_BF16_INT,
+        make=integers,
+    ),
+    OpCase("stack", lambda a, b: torch.stack([a, b], 1), (M, M)),
+    OpCase("slice-scatter", lambda a, b: torch.slice_scatter(a, b, 1, 1, 8, 3), (M, (4, 3))),
+    OpCase("select-scatter", lambda a, b: torch.select_scatter(a, b, 0, -1), (M, (8,))),
+    OpCase("diagonal-scatter", lambda a, b: torch.diagonal_scatter(a, b, 1), (M, (4,))),
+    OpCase("tril-indices", lambda a: a[torch.tril_indices(4, 4, -1).unbind()], (M,)),
+    # indexing
+    OpCase("index-inner-dim", lambda a, i: a[:, i], (M, (3, 2)), make=(randn, idx(8, -8))),
+    OpCase(
+        "index-non-adjacent",
+        lambda a, i, j: a[:, i, :, j],
+        ((2, 3, 4, 5), (4, 1), (3,)),
+        make=(randn, idx(3), idx(5)),
+    ),
+    OpCase(
+        "index-put-inner-accumulate",
+        lambda a, i, v: torch.ops.aten.index_put(a, [None, i], v, True),
+        (M, (5,), (4, 5)),
+        dtypes=F32,
+        make=(randn, idx(8), randn),
+    ),
+    OpCase(
+        "take-along-dim",
+        lambda a, i: torch.take_along_dim(a, i, 1),
+        (M, (4, 3)),
+        make=(randn, idx(8)),
+    ),
+    OpCase("reflection-pad", lambda a: F.pad(a, (1, 2, 2, 1), mode="reflect"), ((2, 3, 5, 6),)),
+    OpCase("replication-pad", lambda a: F.pad(a, (1, 2, 2, 1), mode="replicate"), ((2, 3, 5, 6),)),
+    OpCase("im2col", lambda a: F.unfold(a, 2, stride=2), ((2, 3, 4, 6),)),
+    OpCase(
+        "upsample-nearest", lambda a: F.interpolate(a, size=(7, 9), mode="nearest"), ((2, 3, 4, 5),)
+    ),
+    OpCase("pixel-shuffle", lambda a: F.pixel_shuffle(a, 2), ((1, 8, 3, 3),)),
+    # normalization
+    OpCase("group-norm", lambda x, w, b: F.group_norm(x, 3, w, b), ((2, 6, 5, 4), (6,), (6,))),
+    OpCase("group-norm-no-affine", lambda x: F.group_norm(x, 2), ((2, 6, 7),)),
+    OpCase("instance-norm", F.instance_norm, ((2, 3, 4, 5),), dtypes=F32),
 ]
 
 TOLERANCE = {

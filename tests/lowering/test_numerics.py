@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.utils._pytree as pytree
 
 from tests.helpers import assert_close_tree, run_lowered
 from tests.lowering.cases import OP_CASES, TOLERANCE
@@ -22,11 +23,14 @@ def test_op_matches_eager(case, dtype):
     torch.manual_seed(0)
     inputs = case.inputs(dtype)
     expected = case.fn(*inputs)
-    (actual,) = run_lowered(case.fn, *inputs)
-    rtol, atol = TOLERANCE.get(expected.dtype, (0, 0))
-    assert actual.dtype == expected.dtype
-    assert actual.shape == expected.shape
-    if expected.dtype.is_floating_point:
-        assert_close_tree(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
-    else:
-        assert torch.equal(actual, expected)
+    expected = pytree.tree_leaves(expected)  # tuple / list / nested outputs, flattened
+    outputs = pytree.tree_leaves(run_lowered(case.fn, *inputs))
+    assert len(outputs) == len(expected)
+    for i, (actual, want) in enumerate(zip(outputs, expected, strict=True)):
+        assert actual.dtype == want.dtype, f"output {i}"
+        assert actual.shape == want.shape, f"output {i}"
+        if want.dtype.is_floating_point:
+            rtol, atol = (case.tol or {}).get(dtype) or TOLERANCE.get(want.dtype, (0, 0))
+            assert_close_tree(actual, want, rtol=rtol, atol=atol, equal_nan=True)
+        else:
+            assert torch.equal(actual, want), f"output {i}: {actual} != {want}"

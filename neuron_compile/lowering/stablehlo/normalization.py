@@ -1,4 +1,4 @@
-"""Softmax and layer norm (batch norm lives in ``batch_norm.py``).
+"""Softmax, layer norm and group norm (batch norm lives in ``batch_norm.py``).
 
 All statistics are computed in float32 for low-precision inputs, as eager PyTorch does.
 """
@@ -77,4 +77,43 @@ def _lower_native_layer_norm(
         e.convert(y, ctx.out_type(0).dtype),
         e.convert(mean, ctx.out_type(1).dtype),
         e.convert(rstd, ctx.out_type(2).dtype),
+    )
+
+
+@lowering(aten.native_group_norm.default, supports=floats)
+def _lower_native_group_norm(
+    ctx: LoweringContext,
+    x: Value,
+    weight: Value | None,
+    bias: Value | None,
+    n: int,
+    c: int,
+    hxw: int,
+    group: int,
+    eps: float,
+) -> tuple[Value, Value, Value]:
+    """Statistics per (sample, group) over ``(C / group) * HxW`` elements; the affine transform is
+    per channel. Returns (out, mean, rstd) with mean/rstd of shape (N, group), as eager does."""
+    e = ctx.emit
+    xf = e.convert(x, ctx.compute_dtype(x.dtype))
+    grouped = e.reshape(xf, [n, group, (c // group) * hxw])
+    mean, var = moments(ctx, grouped, [2])
+    rstd = e.unary("rsqrt", e.binary("add", var, ctx.full_like(eps, var)))
+    normed = e.binary(
+        "multiply",
+        e.binary("subtract", grouped, ctx.broadcast_to(mean, grouped.shape)),
+        ctx.broadcast_to(rstd, grouped.shape),
+    )
+    y = e.reshape(normed, [n, c, hxw])
+    if weight is not None:
+        w = e.convert(weight, y.dtype)
+        y = e.binary("multiply", y, e.broadcast_in_dim(w, y.shape, [1]))
+    if bias is not None:
+        b = e.convert(bias, y.dtype)
+        y = e.binary("add", y, e.broadcast_in_dim(b, y.shape, [1]))
+    stats = [n, group]
+    return (
+        e.convert(e.reshape(y, x.shape), ctx.out_type(0).dtype),
+        e.convert(e.reshape(mean, stats), ctx.out_type(1).dtype),
+        e.convert(e.reshape(rstd, stats), ctx.out_type(2).dtype),
     )

@@ -1,0 +1,67 @@
+"""CPU fallback at run time: the runner for partitioned graphs and the fallback-op report.
+
+A partitioned graph is an FX GraphModule whose supported regions call compiled executables and
+whose other nodes run as eager ATen ops on the CPU. ``get_fallback_ops()`` counts, per op, how
+often each fell back since ``clear_fallback_ops()``: a model that "runs" but is slow shows up here.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import torch.fx as fx
+
+from .partition import SplitReason
+
+_lock = threading.Lock()
+_COUNTS: Counter[str] = Counter()
+
+
+class FallbackWarning(UserWarning):
+    """Some ops of a graph run eagerly on the CPU instead of in a compiled region."""
+
+
+def get_fallback_ops() -> dict[str, int]:
+    """``{aten op: executions}`` of every op that ran as a CPU fallback since the last clear."""
+    with _lock:
+        return dict(_COUNTS)
+
+
+def clear_fallback_ops() -> None:
+    with _lock:
+        _COUNTS.clear()
+
+
+class RegionCall:
+    """Adapts a boxed compiled region to the positional call a ``call_module`` node makes."""
+
+    def __init__(self, compiled: Any, single_output: bool) -> None:
+        self.compiled = compiled
+        self.single_output = single_output
+
+    def __call__(self, *args: Any) -> Any:
+        outs = self.compiled(list(args))
+        return outs[0] if self.single_output else tuple(outs)
+
+
+class FallbackRunner:
+    """Boxed callable for a partitioned graph: compiled regions plus eager CPU ops."""
+
+    def __init__(self, gm: fx.GraphModule, reasons: Sequence[SplitReason], record: Any) -> None:
+        self._boxed_call = True  # instance attribute: see CompiledGraph
+        self.gm = gm
+        self.reasons = list(reasons)
+        self.record = record
+        self._per_call = Counter(r.op for r in reasons)
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        self.record.calls += 1
+        with _lock:
+            _COUNTS.update(self._per_call)
+        call_args = list(args)
+        args.clear()
+        out = self.gm(*call_args)
+        return list(out) if isinstance(out, (tuple, list)) else [out]

@@ -1,0 +1,81 @@
+"""CPU fallback end to end: a model with an unsupported op in the middle trains like eager."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import neuron_compile
+from neuron_compile.fallback import FallbackWarning
+from tests.custom_ops import CPU_SCAN, cpu_scan
+
+
+class ScanNet(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(8, 16)
+        self.out = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x))
+        h = cpu_scan(h)  # unsupported: runs on the CPU between two compiled regions
+        return self.out(torch.tanh(h))
+
+
+@pytest.fixture(autouse=True)
+def _clear():
+    neuron_compile.clear_fallback_ops()
+
+
+def test_fallback_model_matches_eager_forward_and_backward():
+    torch.manual_seed(0)
+    model, x = ScanNet(), torch.randn(5, 8)
+    compiled = torch.compile(model, backend="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = compiled(x)
+        out.sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    ref = model(x)
+    ref.sum().backward()
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    for got, p in zip(grads, model.parameters(), strict=True):
+        torch.testing.assert_close(got, p.grad, rtol=1e-4, atol=1e-5)
+
+    fallback_warnings = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+    assert fallback_warnings, "one warning per graph listing the fallback ops"
+    assert CPU_SCAN in fallback_warnings[0] and "test_fallback.py" in fallback_warnings[0]
+    assert "ScanNet_" in fallback_warnings[0] and "forward" in fallback_warnings[0]
+
+
+def test_fallback_report_counts_runtime_executions_and_records_regions():
+    model, x = ScanNet(), torch.randn(5, 8)
+    compiled = torch.compile(model, backend="neuron")
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        for _ in range(3):
+            compiled(x)
+    assert neuron_compile.get_fallback_ops() == {CPU_SCAN: 3}
+    (record,) = neuron_compile.metrics()
+    assert record.fallback_ops == {CPU_SCAN: 1}
+    assert record.regions == 2 and record.calls == 3
+    neuron_compile.clear_fallback_ops()
+    assert neuron_compile.get_fallback_ops() == {}
+
+
+def test_fallback_error_policy_raises_naming_op_and_line():
+    compiled = torch.compile(ScanNet(), backend="neuron", options={"fallback": "error"})
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(5, 8))
+    message = str(info.value)
+    assert "NC101" in message and CPU_SCAN in message
+    assert "test_fallback.py" in message and "cpu_scan(h)" in message
+
+
+def test_fully_supported_model_reports_no_fallback():
+    torch.compile(torch.nn.Linear(3, 2), backend="neuron")(torch.randn(4, 3))
+    assert neuron_compile.get_fallback_ops() == {}
+    assert neuron_compile.metrics()[0].fallback_ops == {}
