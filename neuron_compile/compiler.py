@@ -58,7 +58,7 @@ class CompiledGraph:
         self.lowered = lowered
         self._exe = executable
         # Per-call plans, precomputed so a call does no dict/list setup beyond its results:
-        # (graph-input index or -1, constant or None, dtype @main takes).
+        # (graph-input index, or RNG_SEED; constant or None; dtype @main takes).
         self._inputs = [
             (spec.index, constants.get(spec.attr) if spec.attr else None, spec.arg_dtype)
             for spec in lowered.inputs
@@ -76,7 +76,12 @@ class CompiledGraph:
             self.record.calls += 1
         ins = []
         for index, const, dtype in self._inputs:
-            t = args[index] if const is None else const
+            if const is not None:
+                t = const
+            elif index >= 0:
+                t = args[index]
+            else:  # RNG_SEED: drawn from torch's default generator, so manual_seed reproduces runs
+                t = torch.randint(-(2**31), 2**31 - 1, (4,), dtype=torch.int32)
             if t.dtype != dtype:
                 t = t.to(dtype)
             # No detach(): the executor's dlpack export ignores autograd metadata.

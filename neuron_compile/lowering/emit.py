@@ -31,6 +31,9 @@ _ELEMENT_TYPES: dict[torch.dtype, str] = {
     torch.int8: "i8",
     torch.uint8: "ui8",
     torch.bool: "i1",
+    # Only inside graphs (RNG state and bits); never graph inputs or outputs.
+    torch.uint32: "ui32",
+    torch.uint64: "ui64",
 }
 
 # Bit patterns of non-finite values: MLIR float literals have no spelling for inf/nan.
@@ -54,7 +57,7 @@ def is_float(dtype: torch.dtype) -> bool:
 
 
 def is_unsigned(dtype: torch.dtype) -> bool:
-    return dtype in (torch.uint8, torch.bool)
+    return dtype in (torch.uint8, torch.bool, torch.uint32, torch.uint64)
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,9 @@ class Emitter:
         #: emitted body line index -> FX node being lowered when it was emitted (for error reports)
         self.line_nodes: dict[int, fx.Node | None] = {}
         self.current_node: fx.Node | None = None
+        #: RNG: the seed argument's position in ``args`` and the state threaded through random ops
+        self.rng_arg_index: int | None = None
+        self.rng_state: Value | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
     def _fresh(self, prefix: str = "") -> str:

@@ -20,9 +20,14 @@ from .context import LoweringContext, canonical_dtype, tensor_type
 from .emit import Emitter, TensorType, Value
 
 
+#: InputSpec.index of the per-call RNG seed (see lowering/stablehlo/random.py)
+RNG_SEED = -2
+
+
 @dataclass(frozen=True)
 class InputSpec:
-    """One ``@main`` argument: graph input ``index`` (or a ``get_attr`` constant ``attr``)."""
+    """One ``@main`` argument: graph input ``index``, a ``get_attr`` constant ``attr``, or the
+    per-call RNG seed (``index == RNG_SEED``)."""
 
     index: int
     name: str
@@ -151,6 +156,10 @@ def lower_graph(gm: fx.GraphModule, func_name: str = "main") -> LoweredGraph:
             env[node] = _lower_node(emitter, node, env)
         elif node.op == "output":
             emitter.current_node = None
+            if emitter.rng_arg_index is not None:
+                seed = emitter.args[emitter.rng_arg_index]
+                spec = InputSpec(RNG_SEED, "rng_seed", seed.shape, seed.dtype, seed.dtype)
+                inputs.insert(emitter.rng_arg_index, spec)
             outputs, results = _plan_outputs(node, env, placeholder_index)
             text = emitter.module_text(results, func_name)
             return LoweredGraph(text, inputs, outputs, len(results), downcasts, emitter)

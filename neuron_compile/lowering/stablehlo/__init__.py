@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     matmul,
     normalization,
     pooling,
+    random,
     reduction,
     scan,
     shape,
