@@ -19,7 +19,6 @@ from . import registry
 from .context import LoweringContext, canonical_dtype, tensor_type
 from .emit import Emitter, TensorType, Value
 
-
 #: InputSpec.index of the per-call RNG seed (see lowering/stablehlo/random.py)
 RNG_SEED = -2
 
