@@ -20,8 +20,10 @@ import torch.nn.functional as F
 class MLP(nn.Module):
     """Linear -> ReLU -> Linear -> GELU -> Dropout -> Linear -> SiLU -> Linear.
 
-    ``dropout`` defaults to 0: random ops (dropout masks) are not lowered yet, so during compiled
-    training dropout must be p=0 or the model must be in eval mode.
+    ``dropout`` defaults to 0 here because the example compares eager and compiled losses step by
+    step: compiled dropout draws its masks from a different generator than eager (reproducible
+    under ``torch.manual_seed``, but not bit-identical to eager), so with p>0 the curves would
+    differ by design.
     """
 
     def __init__(
@@ -72,7 +74,7 @@ def train(
 
 def main(steps: int = 200, every: int = 20) -> None:
     torch.manual_seed(0)
-    # NOTE: dropout stays at p=0 (RNG ops are not lowered yet); with p>0 train in eval mode.
+    # NOTE: dropout stays at p=0 so the eager and compiled loss curves can be compared exactly.
     model = MLP(dropout=0.0)
     batches = make_data(steps)
 
