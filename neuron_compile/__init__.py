@@ -20,6 +20,7 @@ from .config import NeuronConfig, load_config  # noqa: E402
 from .errors import NeuronCompileError  # noqa: E402
 from .fallback import clear_fallback_ops, get_fallback_ops  # noqa: E402
 from .metrics import GraphRecord, metrics, reset_metrics  # noqa: E402
+from .shapes import RecompileWarning, mark_warmup_done, recompiles  # noqa: E402
 
 
 def _configure_logging() -> None:
@@ -40,11 +41,14 @@ __all__ = [
     "GraphRecord",
     "NeuronCompileError",
     "NeuronConfig",
+    "RecompileWarning",
     "__version__",
     "clear_fallback_ops",
     "get_fallback_ops",
     "load_config",
+    "mark_warmup_done",
     "metrics",
     "neuron_backend",
+    "recompiles",
     "reset_metrics",
 ]

@@ -23,7 +23,15 @@ from .capture import decomposition_table
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
 from .errors import DynamicShapeError
-from .shapes import ShapeSpecializer, describe_symbolic, requested_dynamic, symbolic_dims
+from .shapes import (
+    ShapeSpecializer,
+    describe_symbolic,
+    frame_key,
+    input_specs,
+    note_compile,
+    requested_dynamic,
+    symbolic_dims,
+)
 
 log = logging.getLogger("neuron_compile")
 
@@ -137,5 +145,15 @@ def neuron_backend(
         # Automatic dynamic (dynamic=None, a second shape seen): compile one static graph per
         # concrete shape instead of failing a user who simply called the model twice.
         log.info("automatic dynamic shapes: specializing per concrete shape (%s)", symbolic)
-        return ShapeSpecializer(gm, cfg, functools.partial(compile_frame, model=model))
-    return compile_frame(gm, example_inputs, cfg, model=model)
+        return ShapeSpecializer(
+            gm,
+            cfg,
+            functools.partial(compile_frame, model=model),
+            frame_key=frame_key(),
+            frame_name=model,
+        )
+    # A static graph: Dynamo's first compile of this frame, or a recompile (dynamic=False meeting
+    # a new shape, or another guard failing), counted and checked against the budget.
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    recompile = note_compile(frame_key(), model, input_specs(names, example_inputs), cfg)
+    return compile_frame(gm, example_inputs, cfg, model=model, recompile=recompile)

@@ -1,4 +1,4 @@
-"""``neuron-compile`` command line: ``info`` and ``ops`` (more subcommands arrive with their issues)."""
+"""``neuron-compile`` command line: ``info``, ``ops`` and ``buckets plan``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,98 @@ def _print_info(info: dict[str, Any]) -> None:
         )
 
 
+def _read_lengths(path: str) -> list[int]:
+    """Whitespace-separated positive ints (``#`` starts a comment); ``-`` reads stdin."""
+    text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    out = []
+    for line in text.splitlines():
+        for word in line.split("#", 1)[0].split():
+            out.append(int(word))
+    return out
+
+
+def _plot_waste(path: str, lengths: list[int], k_max: int, align: int, cost: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    from .bucket_planner import compare_plans
+
+    ks = list(range(1, k_max + 1))
+    series: dict[str, list[float]] = {}
+    for k in ks:
+        for name, plan in compare_plans(lengths, k, align=align, cost=cost).items():
+            series.setdefault(name, []).append(100 * plan.cost_waste)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for (name, ys), marker in zip(series.items(), "os^", strict=True):
+        ax.plot(ks, ys, marker=marker, label=name)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("buckets (K)")
+    ax.set_ylabel("padding waste (% of padded cost)" if cost != "linear" else "padding waste (%)")
+    ax.set_title(f"{len(lengths)} sequences, align {align}, cost {cost}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _buckets_plan(args: argparse.Namespace, as_json: bool) -> int:
+    from .bucket_planner import compare_plans
+
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print(
+                "neuron-compile: --plot needs matplotlib, which is not installed; "
+                "run: pip install 'neuron-compile[plot]'",
+                file=sys.stderr,
+            )
+            return 2
+    try:
+        lengths = _read_lengths(args.lengths)
+        plans = compare_plans(lengths, args.max_buckets, align=args.align, cost=args.cost)
+    except (OSError, ValueError) as exc:
+        print(f"neuron-compile: {exc}", file=sys.stderr)
+        return 2
+    planner = plans["planner"]
+    if as_json:
+        json.dump({name: p.as_dict() for name, p in plans.items()}, sys.stdout, indent=2)
+        print()
+    else:
+        print(
+            f"{len(lengths)} sequences, {len(set(lengths))} distinct lengths, longest "
+            f"{max(lengths)}; at most {args.max_buckets} buckets, align {args.align}, "
+            f"cost {args.cost}"
+        )
+        print(f"{'bucket':>8} {'count':>8} {'max len':>8} {'padded tokens':>14} {'waste %':>8}")
+        for b in planner.buckets:
+            print(
+                f"{b.size:>8} {b.count:>8} {b.max_len:>8} {b.padded_tokens:>14,} "
+                f"{100 * b.waste:>8.2f}"
+            )
+        print(
+            f"{'total':>8} {len(lengths):>8} {'':>8} {planner.padded_tokens:>14,} "
+            f"{100 * planner.waste:>8.2f}"
+        )
+        print(f"\ncompared at K={args.max_buckets}:")
+        for name, plan in plans.items():
+            extra = f", cost waste {100 * plan.cost_waste:.2f} %" if args.cost != "linear" else ""
+            print(
+                f"  {name:<18} waste {100 * plan.waste:6.2f} %  padded tokens "
+                f"{plan.padded_tokens:>12,}  buckets used {plan.used:>3}  "
+                f"boundaries {plan.boundaries}{extra}"
+            )
+    if args.plot:
+        _plot_waste(args.plot, lengths, args.max_buckets, args.align, args.cost)
+        if not as_json:
+            print(f"\nwrote {args.plot}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="neuron-compile",
@@ -53,8 +145,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("info", help="versions, executor, backend registration and env vars")
     sub.add_parser("ops", help="list the ATen ops with a StableHLO lowering")
+    buckets = sub.add_parser("buckets", help="shape buckets for variable-length inputs")
+    bsub = buckets.add_subparsers(dest="buckets_command", required=True)
+    plan = bsub.add_parser(
+        "plan",
+        help="optimal bucket boundaries for observed lengths",
+        description="Exact DP over the observed lengths; compares with powers of two and "
+        "fixed-step buckets at the same number of buckets.",
+    )
+    plan.add_argument("lengths", help="file of whitespace-separated lengths ('-': stdin)")
+    plan.add_argument("--max-buckets", type=int, default=8, metavar="K")
+    plan.add_argument("--align", type=int, default=1, help="boundaries are multiples of this")
+    plan.add_argument("--cost", choices=("linear", "attention"), default="linear")
+    plan.add_argument("--plot", metavar="PNG", help="draw waste vs K (needs matplotlib)")
+    plan.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
 
+    if args.command == "buckets":
+        if args.max_buckets < 1 or args.align < 1:
+            parser.error("--max-buckets and --align must be >= 1")
+        return _buckets_plan(args, args.json or args.json_out)
     result = _info() if args.command == "info" else _ops()
     if args.json:
         json.dump(result, sys.stdout, indent=2)

@@ -40,6 +40,15 @@ class NeuronConfig:
     #: Form of the artifact handed to the executor (and to neuronx-cc): ``portable`` = versioned
     #: StableHLO/VHLO bytecode; ``bytecode`` = plain MLIR bytecode of the verified module.
     artifact: str = "portable"
+    #: Most recompiles allowed per compiled frame (new static shapes after the first compile);
+    #: one more raises NC202 with the changed input and dim. ``None``: unlimited.
+    max_recompiles: int | None = None
+    #: Fail (NC202) on any recompile once ``neuron_compile.mark_warmup_done()`` has been called,
+    #: like ``torch.compiler.set_stance("fail_on_recompile")``.
+    strict_recompile: bool = False
+    #: Sequence-length buckets the model is meant to be padded to (ascending ints). Only used to
+    #: name, in recompile warnings and errors, the bucket that would have absorbed a new size.
+    buckets: tuple[int, ...] | None = None
     #: Extra user metadata, not interpreted (kept in dumps). Not an option key.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -57,6 +66,24 @@ class NeuronConfig:
             raise OptionsError(
                 f"invalid artifact={self.artifact!r}", hint=f"use one of {', '.join(_ARTIFACTS)}"
             )
+        if self.max_recompiles is not None and (
+            isinstance(self.max_recompiles, bool)
+            or not isinstance(self.max_recompiles, int)
+            or self.max_recompiles < 0
+        ):
+            raise OptionsError(
+                f"invalid max_recompiles={self.max_recompiles!r}",
+                hint="use a non-negative integer, or leave it unset for no limit",
+            )
+        if self.buckets is not None and (
+            not self.buckets
+            or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in self.buckets)
+            or list(self.buckets) != sorted(set(self.buckets))
+        ):
+            raise OptionsError(
+                f"invalid buckets={self.buckets!r}",
+                hint="use strictly increasing positive integers, e.g. (128, 256, 512)",
+            )
 
 
 OPTION_KEYS: tuple[str, ...] = tuple(
@@ -71,6 +98,9 @@ ENV_VARS: dict[str, str] = {
     "fallback": ENV_PREFIX + "FALLBACK",
     "verify": ENV_PREFIX + "VERIFY",
     "artifact": ENV_PREFIX + "ARTIFACT",
+    "max_recompiles": ENV_PREFIX + "MAX_RECOMPILES",
+    "strict_recompile": ENV_PREFIX + "STRICT_RECOMPILE",
+    "buckets": ENV_PREFIX + "BUCKETS",
 }
 
 
@@ -83,6 +113,24 @@ def _parse_bool(key: str, value: Any) -> bool:
     if text in ("0", "false", "no", "off", ""):
         return False
     raise OptionsError(f"invalid boolean for {key}: {value!r}", hint="use 1/0 or true/false")
+
+
+def _parse_int(key: str, value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise OptionsError(f"invalid integer for {key}: {value!r}", hint="e.g. 8") from None
+
+
+def _parse_buckets(value: Any) -> tuple[int, ...]:
+    """``"128,256,512"`` (env) or any sequence of ints (options)."""
+    items = value.replace(",", " ").split() if isinstance(value, str) else list(value)
+    try:
+        return tuple(int(b) if isinstance(b, str) else b for b in items)
+    except ValueError:
+        raise OptionsError(
+            f"invalid buckets: {value!r}", hint="e.g. NEURON_COMPILE_BUCKETS=128,256,512"
+        ) from None
 
 
 def load_config(
@@ -102,6 +150,11 @@ def load_config(
                 hint=f"valid keys: {', '.join(OPTION_KEYS)} (see README 'Options')",
             )
         values[key] = value
-    if "verify" in values:
-        values["verify"] = _parse_bool("verify", values["verify"])
+    for key in ("verify", "strict_recompile"):
+        if key in values:
+            values[key] = _parse_bool(key, values[key])
+    if isinstance(values.get("max_recompiles"), str):
+        values["max_recompiles"] = _parse_int("max_recompiles", values["max_recompiles"])
+    if values.get("buckets") is not None:
+        values["buckets"] = _parse_buckets(values["buckets"])
     return NeuronConfig(**values)

@@ -12,6 +12,7 @@ and are reported next to ours, never instead of them.
 | NC103 | VerifierError       | jaxlib's StableHLO verifier rejected our module (our bug)      |
 | NC104 | DtypePolicyError    | a 64-bit tensor under ``sixty_four_bit="error"``               |
 | NC201 | DynamicShapeError   | symbolic shapes requested (``dynamic=True`` / mark_dynamic)    |
+| NC202 | RecompileLimitError | ``max_recompiles`` exceeded, or a recompile in strict mode     |
 | NC301 | ExecutorError       | the XLA CPU executor failed to compile or run an artifact      |
 """
 
@@ -123,6 +124,10 @@ class DtypePolicyError(NeuronCompileError):
 
 class DynamicShapeError(NeuronCompileError):
     code = "NC201"
+
+
+class RecompileLimitError(NeuronCompileError):
+    code = "NC202"
 
 
 class ExecutorError(NeuronCompileError):

@@ -55,5 +55,9 @@ def metrics() -> list[GraphRecord]:
 
 
 def reset_metrics() -> None:
+    """Clear graph records, recompile counts and events; warm-up (strict mode) starts again."""
+    from .shapes import reset_recompiles
+
     with _lock:
         _RECORDS.clear()
+    reset_recompiles()

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
+import re
+import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.fx as fx
 
 from .config import NeuronConfig
+from .errors import RecompileLimitError
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +105,16 @@ class ShapeSpecializer:
     """
 
     def __init__(
-        self, gm: fx.GraphModule, cfg: NeuronConfig, compile_frame: Callable[..., Any]
+        self,
+        gm: fx.GraphModule,
+        cfg: NeuronConfig,
+        compile_frame: Callable[..., Any],
+        frame_key: Hashable = None,
+        frame_name: str = "graph",
     ) -> None:
         self.gm = gm
+        self.frame_key = frame_key if frame_key is not None else id(self)
+        self.frame_name = frame_name
         self.cfg = cfg
         self._compile_frame = compile_frame
         self._compiled: dict[tuple, Any] = {}
@@ -129,14 +142,211 @@ class ShapeSpecializer:
         key = _signature(args)
         fn = self._compiled.get(key)
         if fn is None:
-            warnings.warn(
-                f"neuron-compile: recompiling for {self.describe(args)} (specialization "
-                f"{len(self._compiled) + 1} of this graph). Every new shape is a separate "
-                "Trainium compilation: pad variable dimensions to fixed buckets, or pass "
-                "dynamic=False to make each shape an explicit recompile.",
-                RecompileWarning,
-                stacklevel=2,
-            )
+            names = [n.name for n in self.gm.graph.nodes if n.op == "placeholder"]
+            note_compile(self.frame_key, self.frame_name, input_specs(names, args), self.cfg)
             fn = self._compile_frame(self.gm, list(args), self.cfg, recompile=True)
             self._compiled[key] = fn
         return fn(*args)
+
+
+# ---- recompile accounting ----------------------------------------------------------------------
+# Each compiled frame (Dynamo's frame id, or a ShapeSpecializer) keeps the input specs of every
+# static graph compiled for it. A second static compile of the same frame is a recompile, whether
+# Dynamo recompiled the frame (dynamic=False, or a non-shape guard) or a ShapeSpecializer met a new
+# shape (dynamic=None). Budget and strict mode are checked before the compile starts.
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """What a static graph was specialized on, per input: shape/dtype, or a Python value."""
+
+    name: str
+    shape: tuple[int, ...] | None
+    dtype: str | None = None
+    value: Any = None
+
+
+@dataclass
+class _Frame:
+    name: str
+    history: list[tuple[InputSpec, ...]] = field(default_factory=list)
+    recompiles: int = 0
+
+
+_lock = threading.Lock()
+_frames: dict[Hashable, _Frame] = {}
+_events: list[str] = []
+_warmup = {"done": False}
+_graph_counter: dict[Any, itertools.count] = {}
+
+
+_SIZE_SYMBOL = re.compile(r"s\d+$")  # a symbolic graph's size inputs: already named by tensor dims
+
+
+def input_specs(names: Sequence[str], args: Sequence[Any]) -> tuple[InputSpec, ...]:
+    """Specs of a graph's inputs (placeholder ``names``), plus the grad mode as a pseudo-input."""
+    specs = [InputSpec("grad mode", None, value=torch.is_grad_enabled())]
+    for i, a in enumerate(args):
+        name = names[i] if i < len(names) else f"input {i}"
+        if isinstance(a, torch.Tensor):
+            specs.append(InputSpec(name, tuple(int(d) for d in a.shape), str(a.dtype)))
+        else:
+            specs.append(InputSpec(name, None, value=a if isinstance(a, Hashable) else repr(a)))
+    return tuple(specs)
+
+
+def bucket_for(size: int, buckets: Sequence[int]) -> int | None:
+    """The smallest bucket ``>= size``, or None when ``size`` exceeds the largest bucket."""
+    i = bisect.bisect_left(list(buckets), size)
+    return buckets[i] if i < len(buckets) else None
+
+
+def _changes(
+    old: tuple[InputSpec, ...], new: tuple[InputSpec, ...], buckets: Sequence[int] | None
+) -> list[str]:
+    """Differences between two specializations, matched by input name.
+
+    A symbolic graph (automatic dynamic) has extra size-symbol inputs (``s77``); inputs present on
+    one side only are ignored unless they are tensors.
+    """
+    before = {o.name: o for o in old}
+    out = []
+    for n in new:
+        o = before.pop(n.name, None)
+        if o is None:
+            if n.shape is not None:
+                out.append(f"new input {n.name} shape {list(n.shape)}")
+            continue
+        if n.shape is not None and o.shape is not None and len(n.shape) == len(o.shape):
+            for d, (a, b) in enumerate(zip(o.shape, n.shape, strict=True)):
+                if a != b:
+                    text = f"{n.name} dim {d}={b} (was {a})"
+                    if buckets:
+                        bucket = bucket_for(b, buckets)
+                        text += (
+                            f", bucket {bucket} would have absorbed it"
+                            if bucket is not None
+                            else f", larger than the largest bucket {buckets[-1]}"
+                        )
+                    out.append(text)
+        elif o.shape != n.shape:
+            out.append(f"{n.name} shape {list(n.shape or ())} (was {list(o.shape or ())})")
+        if o.dtype != n.dtype and o.dtype is not None and n.dtype is not None:
+            out.append(f"{n.name} dtype {n.dtype} (was {o.dtype})")
+        if (
+            o.shape is None
+            and n.shape is None
+            and o.value != n.value
+            and not _SIZE_SYMBOL.match(n.name)
+        ):
+            out.append(f"{n.name}={n.value!r} (was {o.value!r})")
+    out.extend(f"input {o.name} gone" for o in before.values() if o.shape is not None)
+    return out
+
+
+def diagnose(
+    history: Sequence[tuple[InputSpec, ...]],
+    new: tuple[InputSpec, ...],
+    buckets: Sequence[int] | None = None,
+) -> str:
+    """What changed versus the closest previously compiled specialization (latest on ties)."""
+    best: list[str] | None = None
+    for old in reversed(history):
+        changes = _changes(old, new, buckets)
+        if best is None or len(changes) < len(best):
+            best = changes
+    if not best:
+        return (
+            "same input shapes as an earlier compile (Dynamo recompiled for another guard; "
+            "TORCH_LOGS=recompiles shows which)"
+        )
+    return ", ".join(best)
+
+
+def frame_key() -> Hashable:
+    """Key of the frame Dynamo is compiling now: its frame id plus the graph's index in it."""
+    try:  # private API: degrade to one key per backend call
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+    except Exception:
+        cid = None
+    if cid is None or cid.frame_id is None:
+        return ("call", object())
+    full = (cid.frame_id, cid.frame_compile_id)
+    with _lock:
+        n = next(_graph_counter.setdefault(full, itertools.count()))
+    return ("frame", cid.frame_id, n)
+
+
+def note_compile(key: Hashable, name: str, specs: tuple[InputSpec, ...], cfg: NeuronConfig) -> bool:
+    """Record a static compile of frame ``key``; True if it is a recompile (warned about).
+
+    Raises NC202 when the recompile is over ``cfg.max_recompiles`` or happens in strict mode
+    after warm-up; nothing is recorded then, so the frame's count stays where it was.
+    """
+    with _lock:
+        frame = _frames.setdefault(key, _Frame(name))
+        if not frame.history:
+            frame.history.append(specs)
+            return False
+        why = diagnose(frame.history, specs, cfg.buckets)
+        n = frame.recompiles + 1
+        strict = cfg.strict_recompile and _warmup["done"]
+        over = cfg.max_recompiles is not None and n > cfg.max_recompiles
+        if not strict and not over:
+            frame.history.append(specs)
+            frame.recompiles = n
+            _events.append(f"{name}: {why}")
+    what = f"{name}: new static compile for {why}"
+    fix = (
+        "pad variable dimensions to fixed buckets (neuron_compile.bucketing: pad_to_bucket, "
+        "bucketed_collate, BucketedModule; `neuron-compile buckets plan` picks them)"
+    )
+    if strict:
+        raise RecompileLimitError(
+            what,
+            reason="strict_recompile is on and warm-up is over (neuron_compile.mark_warmup_done())"
+            ", so every shape must already be compiled",
+            hint=fix + ", or warm up every bucket before mark_warmup_done()",
+            recompiles=n,
+        )
+    if over:
+        raise RecompileLimitError(
+            what,
+            reason=f"recompile {n} of this frame exceeds max_recompiles={cfg.max_recompiles}; "
+            "each recompile is a separate multi-minute Trainium compilation",
+            hint=fix + ", or raise max_recompiles (NEURON_COMPILE_MAX_RECOMPILES)",
+            recompiles=n,
+        )
+    warnings.warn(
+        f"neuron-compile: recompiling for {why} (recompile {n} of {name}). Every new shape is a "
+        f"separate Trainium compilation: {fix}.",
+        RecompileWarning,
+        stacklevel=3,
+    )
+    return True
+
+
+def mark_warmup_done(done: bool = True) -> None:
+    """End warm-up: from now on, ``strict_recompile=True`` turns any recompile into NC202.
+
+    Compile every bucket (one step per shape) first, then call this. ``reset_metrics()`` and
+    ``mark_warmup_done(False)`` start a new warm-up.
+    """
+    _warmup["done"] = done
+
+
+def recompiles() -> list[str]:
+    """One line per recompile since the last ``reset_metrics()``: frame and what changed."""
+    with _lock:
+        return list(_events)
+
+
+def reset_recompiles() -> None:
+    """Forget every frame's compile history and recompile events; warm-up starts again."""
+    with _lock:
+        _frames.clear()
+        _events.clear()
+        _graph_counter.clear()
+        _warmup["done"] = False

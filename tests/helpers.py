@@ -68,10 +68,14 @@ def train_losses(
 
 
 def run_lowered(fn: Callable[..., Any], *args: Any) -> list[Any]:
-    """Run ``fn`` through the backend's lowering + XLA CPU executor without Dynamo (fast)."""
+    """Run ``fn`` through the backend's lowering + XLA CPU executor without Dynamo (fast).
+
+    ``fallback="error"``: an op without a lowering raises instead of quietly running eagerly,
+    so a numerics test that passes really exercised our lowering."""
     from neuron_compile.compiler import compile_graph
     from neuron_compile.config import NeuronConfig
 
     gm = trace_aten(fn, *args)
-    compiled = compile_graph(gm, args, name="test", kind="inference", cfg=NeuronConfig())
+    cfg = NeuronConfig(fallback="error")
+    compiled = compile_graph(gm, args, name="test", kind="inference", cfg=cfg)
     return compiled(list(args))

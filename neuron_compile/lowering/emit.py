@@ -419,6 +419,15 @@ class Emitter:
         """Reinterpret the bits of ``x`` as ``dtype`` (same bit width)."""
         return self.op1("bitcast_convert", [x], x.type.with_dtype(dtype))
 
+    def round_to_precision(self, x: Value, dtype: torch.dtype) -> Value:
+        """Round float ``x`` to the nearest ``dtype`` value, keeping ``x``'s type
+        (``reduce_precision``). Unlike a convert pair, compilers may not fold it away."""
+        bits = {torch.bfloat16: (8, 7), torch.float16: (5, 10)}.get(dtype)
+        if bits is None or x.dtype == dtype:
+            return x
+        attrs = f"exponent_bits = {bits[0]} : i32, mantissa_bits = {bits[1]} : i32"
+        return self.op1("reduce_precision", [x], x.type, attrs)
+
     def reduce_window(
         self,
         xs: Sequence[Value],

@@ -8,8 +8,10 @@ floating dtypes of differentiable ops, input gradients (random cotangents) are c
 Each (op, variant, dtype, phase) gets one outcome:
 
 - ``pass``      every sample matched eager within tolerance, entirely through the StableHLO path
-- ``fallback``  the backend ran ops eagerly (``neuron_compile.get_fallback_ops()``), or, before the
-                partitioner is wired, refused the graph with NC101 (reason ``unsupported: ...``)
+- ``fallback``  the backend ran ops eagerly on the CPU (``neuron_compile.get_fallback_ops()``);
+                the reason ``fell back: op: why; ...`` comes from re-compiling with
+                ``fallback="error"``. An NC101 error (``fallback="error"`` set by the environment)
+                is recorded the same way as ``unsupported: op: why``
 - ``xfail``     not passing, and listed in ``expectations.toml`` (reason from there)
 - ``mismatch``  numerics differ (max abs/rel error recorded)
 - ``error``     any other exception (type, first line, our NC code)
@@ -22,19 +24,13 @@ Usable from pytest (``run_entry``) and from ``python -m tests.conformance.run`` 
 from __future__ import annotations
 
 import contextlib
-import itertools
-import re
+import functools
 import signal
-import sys
 import threading
-import tomllib
-import types
-import unittest
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -42,28 +38,19 @@ import neuron_compile
 from neuron_compile.errors import NeuronCompileError
 
 from .compare import compare, leaves, to64
+from .opinfo import (
+    copy_leaf,
+    expected_failure,
+    full_name,
+    pick_samples,
+    scope_reason,
+    split_tensors,
+    unordered_ties,
+)
 
-EXPECTATIONS = Path(__file__).with_name("expectations.toml")
 OUTCOMES = ("pass", "fallback", "xfail", "mismatch", "error", "skip")
 # When samples disagree, a phase reports its most severe sample outcome.
 _SEVERITY = {"error": 5, "mismatch": 4, "fallback": 3, "xfail": 2, "pass": 1, "skip": 0}
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-    "int32": torch.int32,
-    "int64": torch.int64,
-    "bool": torch.bool,
-}
-# OpInfo names whose outputs are random or uninitialized: eager parity is not defined for them
-# (RNG ops are checked statistically elsewhere, as issue 3 allows).
-_NONDETERMINISTIC = re.compile(
-    r"(^|[._])(rand|randn|randint|bernoulli|normal|uniform|multinomial|exponential|geometric|"
-    r"cauchy|log_normal|dropout\w*|rrelu|empty\w*|new_empty\w*|feature_alpha_dropout\w*|"
-    r"alpha_dropout|fractional_max_pool\dd|svd_lowrank|pca_lowrank)(_like)?($|[._])"
-)
-_OUT_OF_SCOPE_NAME = re.compile(r"sparse|quantiz|complex|view_as_real|\bpolar\b|mkldnn")
-_OUT_OF_SCOPE_VARIANT = re.compile(r"sparse|complex|quantiz")
 REF_NOTE = "outside tolerance of eager but as close to the float64 reference"
 DEFAULT_SAMPLES = 3
 DEFAULT_TIMEOUT = 30.0
@@ -97,146 +84,6 @@ class OpTimeout(BaseException):
     """The per-entry time budget ran out (a BaseException: no `except Exception` swallows it)."""
 
 
-# --------------------------------------------------------------------------- OpInfo database
-
-
-def _call_op(op: Callable, *args: Any, **kwargs: Any) -> Any:
-    return op(*args, **kwargs)
-
-
-def load_op_db() -> list[Any]:
-    """PyTorch's OpInfo list. ``torch.testing._internal`` imports ``expecttest`` for its TestCase
-    base class only; when that test-only package is absent a stand-in module is registered.
-
-    Some OpInfos (SDPA, multi-head attention, ...) call their op through ``wrapper_set_seed``,
-    which Dynamo refuses to trace (it saves and restores the RNG state). The harness seeds the RNG
-    itself and skips random samples, so that wrapper is replaced by a plain call."""
-    try:
-        import expecttest  # noqa: F401
-    except ImportError:
-        stub = types.ModuleType("expecttest")
-        stub.TestCase = unittest.TestCase
-        stub.ACCEPT = False
-        sys.modules["expecttest"] = stub
-    from torch.testing._internal import common_methods_invocations as cmi
-
-    cmi.wrapper_set_seed = _call_op
-    return list(cmi.op_db)
-
-
-def full_name(op: Any) -> str:
-    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
-
-
-def select_ops(op_db: Iterable[Any], names: Iterable[str] | None = None) -> list[Any]:
-    """OpInfos by name, in the order given: ``softmax`` selects every variant of softmax,
-    ``softmax.with_dtype`` only that variant. ``None`` selects all, in database order."""
-    ops = list(op_db)
-    if names is None:
-        return ops
-    chosen: list[Any] = []
-    for name in names:
-        hits = [op for op in ops if name in (op.name, full_name(op))]
-        if not hits:
-            raise KeyError(f"no OpInfo named {name!r}")
-        chosen.extend(op for op in hits if op not in chosen)
-    return chosen
-
-
-def scope_reason(op: Any) -> str | None:
-    """Why ``op`` is out of scope for parity testing, or ``None``."""
-    if _OUT_OF_SCOPE_NAME.search(op.name) or _OUT_OF_SCOPE_VARIANT.search(op.variant_test_name):
-        return "out of scope: sparse/complex/quantized variant"
-    if _NONDETERMINISTIC.search(op.name):
-        return "random or uninitialized output: no eager parity (statistical tests instead)"
-    return None
-
-
-# --------------------------------------------------------------------------- expectations
-
-
-def load_expectations(path: Path | str | None = EXPECTATIONS) -> list[dict[str, str]]:
-    """Entries of ``[[xfail]]`` tables: ``op`` (name or name.variant), ``reason``, optional
-    ``dtype`` and ``phase`` (default: any)."""
-    if path is None or not Path(path).exists():
-        return []
-    with open(path, "rb") as f:
-        data = tomllib.load(f)
-    entries = data.get("xfail", [])
-    for e in entries:
-        if not e.get("op") or not e.get("reason"):
-            raise ValueError(f"{path}: every [[xfail]] needs op and reason: {e}")
-    return entries
-
-
-def expected_failure(
-    expectations: list[dict[str, str]], op: str, variant: str, dtype: str, phase: str
-) -> str | None:
-    """The reason ``op`` is expected to fail, or ``None``. An entry's ``op`` is an OpInfo name
-    (all its variants) or ``name.variant`` (that variant only)."""
-    name = f"{op}.{variant}" if variant else op
-    for e in expectations:
-        if e["op"] not in (op, name):
-            continue
-        if e.get("dtype", "*") in ("*", dtype) and e.get("phase", "*") in ("*", phase):
-            return e["reason"]
-    return None
-
-
-# --------------------------------------------------------------------------- samples
-
-
-def _split_tensors(obj: Any, tensors: list[torch.Tensor]) -> Callable[[tuple], Any]:
-    """Return a builder that re-creates ``obj`` from a tuple of tensors; collects the tensors.
-    Containers without tensors (``torch.Size``, dtypes, ...) are closed over untouched."""
-    if isinstance(obj, torch.Tensor):
-        i = len(tensors)
-        tensors.append(obj)
-        return lambda ts: ts[i]
-    if isinstance(obj, (list, tuple)) and _has_tensor(obj):
-        parts = [_split_tensors(x, tensors) for x in obj]
-        if isinstance(obj, list):
-            return lambda ts: [p(ts) for p in parts]
-        if hasattr(obj, "_fields"):  # namedtuple
-            cls = type(obj)
-            return lambda ts: cls(*[p(ts) for p in parts])
-        return lambda ts: tuple(p(ts) for p in parts)
-    if isinstance(obj, dict) and _has_tensor(obj):
-        items = [(k, _split_tensors(v, tensors)) for k, v in obj.items()]
-        return lambda ts: {k: p(ts) for k, p in items}
-    return lambda ts: obj
-
-
-def _has_tensor(obj: Any) -> bool:
-    if isinstance(obj, torch.Tensor):
-        return True
-    if isinstance(obj, (list, tuple)):
-        return any(_has_tensor(x) for x in obj)
-    if isinstance(obj, dict):
-        return any(_has_tensor(x) for x in obj.values())
-    return False
-
-
-def _copy(t: torch.Tensor, grad: bool) -> torch.Tensor:
-    """A fresh leaf with the same values and strides (non-contiguous samples stay so)."""
-    with torch.no_grad():
-        try:
-            c = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
-            c.copy_(t)
-        except RuntimeError:  # overlapping (expanded) layouts cannot be written to
-            c = t.detach().clone()
-    return c.requires_grad_(grad and t.requires_grad)
-
-
-def pick_samples(op: Any, dtype: torch.dtype, grad: bool, k: int) -> list[Any]:
-    """``k`` samples spread over the first ``4k`` (the first few are often all scalars)."""
-    samples = list(itertools.islice(op.sample_inputs("cpu", dtype, requires_grad=grad), 4 * k))
-    if len(samples) <= k:
-        return samples
-    step = len(samples) / k
-    return [samples[int(i * step)] for i in range(k)]
-
-
 # --------------------------------------------------------------------------- one sample
 
 
@@ -253,22 +100,37 @@ def _clear_fallbacks() -> None:
         clear()
 
 
-def _fallback_reason() -> str | None:
-    """``fell back: op xN, ...`` from ``neuron_compile.get_fallback_ops()`` when wired."""
+def _fell_back_ops() -> list[str]:
+    """Ops ``neuron_compile.get_fallback_ops()`` saw run on the CPU since the last clear."""
     get = _fallback_api()[0]
-    if get is None:
-        return None
-    report = get()
+    report = get() if get is not None else None
     if not report:
-        return None
-    names: list[str] = []
-    if isinstance(report, dict):
-        names = [f"{k} x{v}" if isinstance(v, int) else str(k) for k, v in report.items()]
-    else:
-        for item in report:
-            op = item.get("op") if isinstance(item, dict) else getattr(item, "op", item)
-            names.append(str(op))
-    return "fell back: " + ", ".join(sorted(set(names)))
+        return []
+    items = report if isinstance(report, dict) else [getattr(x, "op", x) for x in report]
+    return sorted({str(k) for k in items})
+
+
+def _split_detail(err: NeuronCompileError) -> str:
+    """``op: why; op: why`` from an NC101 error (every split reason when it carries them)."""
+    pairs = getattr(err, "split_reasons", None)
+    if not pairs:  # not about one op (e.g. a data-dependent number crossing into a region)
+        op, why = getattr(err, "op", None), getattr(err, "reason", None)
+        what = first_line(getattr(err, "what", None) or str(err))
+        return f"{op}: {first_line(why or what)}" if op else what
+    return "; ".join(dict.fromkeys(f"{p['op']}: {first_line(p['reason'] or '')}" for p in pairs))
+
+
+def _fallback_detail(rerun: Callable[[], Any], ops: list[str]) -> str:
+    """Why ``ops`` fell back: ``rerun`` compiles again with ``fallback="error"``, whose NC101
+    error lists every split reason. Falls back to the op names."""
+    try:
+        rerun()
+    except BaseException as e:
+        _reraise_fatal(e)
+        ours = next((x for x in _chain(e) if isinstance(x, NeuronCompileError)), None)
+        if ours is not None and ours.code == "NC101":
+            return "fell back: " + _split_detail(ours)
+    return "fell back: " + ", ".join(ops)
 
 
 _DYNAMO_WRAPPERS = ("BackendCompilerFailed", "InternalTorchDynamoError")
@@ -301,9 +163,7 @@ def classify_exception(exc: BaseException, *, reached_backend: bool) -> tuple[st
     ours = next((e for e in chain if isinstance(e, NeuronCompileError)), None)
     if ours is not None:
         if ours.code == "NC101":
-            op = getattr(ours, "op", None) or "?"
-            why = getattr(ours, "reason", None) or first_line(str(ours))
-            return "fallback", f"unsupported: {op}: {why}"
+            return "fallback", "unsupported: " + _split_detail(ours)
         what = first_line(getattr(ours, "what", None) or str(ours))
         where = f" ({ours.op})" if getattr(ours, "op", None) else ""
         why = f": {first_line(ours.reason)}" if getattr(ours, "reason", None) else ""
@@ -322,10 +182,78 @@ def _graphs() -> int:
     return len(neuron_compile.metrics())
 
 
-def _run_compiled(fn: Callable, args: list[torch.Tensor]) -> Any:
+def _run_compiled(
+    fn: Callable, args: list[torch.Tensor], options: dict | None = None, backend: str = "neuron"
+) -> Any:
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="neuron", dynamic=False, fullgraph=True)
+    kw = {"options": options} if options else {}
+    compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True, **kw)
     return compiled(*args)
+
+
+def _blame(outcome: str, reason: str, rerun: Callable[[], Any]) -> tuple[str, str]:
+    """A non-NC error is PyTorch's own when ``rerun`` (the same code through Dynamo and
+    AOTAutograd with ``backend="aot_eager"``, no neuron-compile) fails too: then it is a skip."""
+    if outcome != "error" or reason.startswith(("NC", "OpTimeout")):
+        return outcome, reason
+    try:
+        rerun()
+    except BaseException as e:
+        _reraise_fatal(e)
+        return "skip", f"PyTorch limitation (fails with backend='aot_eager' too): {reason}"
+    finally:
+        torch._dynamo.reset()
+    return outcome, reason
+
+
+_STRICT = {"fallback": "error"}
+TIE_NOTE = "indices of equal values ordered differently (allowed: stable=False)"
+
+
+class _Run(NamedTuple):
+    """A sample's forward run, kept for its backward."""
+
+    fn: Callable
+    eager_in: list[torch.Tensor]
+    comp_in: list[torch.Tensor]
+    expected: Any
+    actual: Any
+    sample: Any
+    ties: tuple[int | None, int] | None  # see opinfo.unordered_ties
+
+
+def _seed_dependent(fn: Callable, tensors: list, expected: Any, dtype: torch.dtype) -> bool:
+    """Eager run again under another seed: a different result means a random output."""
+    torch.manual_seed(1)
+    try:
+        with torch.no_grad():
+            again = fn(*[copy_leaf(t, False) for t in tensors])
+    except Exception:
+        return False
+    return compare(again, expected, dtype)[0] is not None
+
+
+def _compare_modulo_ties(state: _Run, dtype: torch.dtype) -> str | None:
+    """Compare again with the compiled indices replaced by eager's, if both pick equal values."""
+    pos, dim = state.ties
+    actual, expected = state.actual, state.expected
+    x = state.sample.input.detach()
+    if pos is None or x.dim() == 0 or (pos >= 0 and not isinstance(actual, tuple)):
+        return compare(actual, expected, dtype)[0]  # values only: nothing to reorder
+    a_idx, e_idx = (actual, expected) if pos == -1 else (actual[pos], expected[pos])
+    a_at, e_at = (
+        (a_idx, e_idx) if a_idx.dim() == x.dim() else (a_idx.unsqueeze(dim), e_idx.unsqueeze(dim))
+    )
+    try:
+        same = torch.equal(x.gather(dim, a_at), x.gather(dim, e_at))
+    except RuntimeError:
+        same = False
+    if not same:
+        return f"output {max(pos, 0)} differs"
+    if pos == -1:
+        return None
+    swapped = tuple(e_idx if i == pos else a for i, a in enumerate(actual))
+    return compare(swapped, expected, dtype)[0]
 
 
 def run_sample(op: Any, sample: Any, dtype: torch.dtype, backward: bool) -> dict[str, Result]:
@@ -336,7 +264,7 @@ def run_sample(op: Any, sample: Any, dtype: torch.dtype, backward: bool) -> dict
     results = {"forward": fwd[0]}
     if backward:
         if fwd[0].outcome in ("pass", "mismatch"):
-            results["backward"] = _run_backward(sample, dtype, fwd[1], key)
+            results["backward"] = _run_backward(dtype, fwd[1], key)
         else:
             results["backward"] = Result(*key, "backward", "skip", "forward did not run")
     return results
@@ -344,18 +272,16 @@ def run_sample(op: Any, sample: Any, dtype: torch.dtype, backward: bool) -> dict
 
 def _run_forward(op: Any, sample: Any, dtype: torch.dtype, grad: bool, key: tuple) -> tuple:
     tensors: list[torch.Tensor] = []
-    build = _split_tensors((sample.input, sample.args, sample.kwargs), tensors)
+    build = split_tensors((sample.input, sample.args, sample.kwargs), tensors)
     if "out" in sample.kwargs:
         return Result(*key, "forward", "skip", "out= sample"), None
-    if isinstance(sample.kwargs.get("dropout_p"), float) and sample.kwargs["dropout_p"] > 0:
-        return Result(*key, "forward", "skip", "random output: dropout sample"), None
     target = op.op
 
     def fn(*ts: torch.Tensor) -> Any:
         inp, args, kwargs = build(ts)
         return target(inp, *args, **kwargs)
 
-    eager_in = [_copy(t, grad) for t in tensors]
+    eager_in = [copy_leaf(t, grad) for t in tensors]
     torch.manual_seed(0)
     try:
         expected = fn(*eager_in)
@@ -365,7 +291,9 @@ def _run_forward(op: Any, sample: Any, dtype: torch.dtype, grad: bool, key: tupl
         isinstance(x, torch.Tensor) and (x.is_complex() or x.is_sparse) for x in leaves(expected)
     ):
         return Result(*key, "forward", "skip", "complex or sparse output: out of scope"), None
-    comp_in = [_copy(t, grad) for t in tensors]
+    if _seed_dependent(fn, tensors, expected, dtype):
+        return Result(*key, "forward", "skip", "random output: eager depends on the seed"), None
+    comp_in = [copy_leaf(t, grad) for t in tensors]
     before = _graphs()
     _clear_fallbacks()
     torch.manual_seed(0)
@@ -374,13 +302,19 @@ def _run_forward(op: Any, sample: Any, dtype: torch.dtype, grad: bool, key: tupl
     except BaseException as e:
         _reraise_fatal(e)
         outcome, reason = classify_exception(e, reached_backend=_graphs() > before)
+        copies = [copy_leaf(t, grad) for t in eager_in]
+        rerun = functools.partial(_run_compiled, fn, copies, None, "aot_eager")
+        outcome, reason = _blame(outcome, reason, rerun)
         return Result(*key, "forward", outcome, reason), None
-    state = (fn, eager_in, comp_in, expected, actual, sample)
+    state = _Run(fn, eager_in, comp_in, expected, actual, sample, unordered_ties(op, sample))
     if _graphs() == before:
         return Result(*key, "forward", "skip", "not captured by Dynamo: no graph compiled"), None
-    fell_back = _fallback_reason()
+    fell_back = _fell_back_ops()
     if fell_back:
-        return Result(*key, "forward", "fallback", fell_back), state
+        rerun = functools.partial(
+            _run_compiled, fn, [copy_leaf(t, grad) for t in eager_in], _STRICT
+        )
+        return Result(*key, "forward", "fallback", _fallback_detail(rerun, fell_back)), state
     why, abs_err, rel_err = compare(actual, expected, dtype)
     note = ""
     if why and why.endswith("differs") and dtype.is_floating_point:
@@ -388,6 +322,9 @@ def _run_forward(op: Any, sample: Any, dtype: torch.dtype, grad: bool, key: tupl
             ref = fn(*[to64(t, False) for t in eager_in])
             why = compare(actual, expected, dtype, ref)[0]
             note = "" if why else REF_NOTE
+    if why and state.ties is not None:
+        why, note = _compare_modulo_ties(state, dtype), TIE_NOTE
+        abs_err = rel_err = None
     if why is None:  # an op that mutates its arguments must mutate them the same way
         why = compare(comp_in, eager_in, dtype)[0]
         why = why and f"mutated input: {why.removeprefix('output ')}"
@@ -404,8 +341,8 @@ def _differentiable(out: Any) -> list[torch.Tensor]:
     ]
 
 
-def _run_backward(sample: Any, dtype: torch.dtype, state: tuple, key: tuple) -> Result:
-    _fn, eager_in, comp_in, expected, actual, sample = state
+def _run_backward(dtype: torch.dtype, state: _Run, key: tuple) -> Result:
+    _fn, eager_in, comp_in, expected, actual, sample, ties = state
     process = sample.output_process_fn_grad
     e_outs, a_outs = _differentiable(process(expected)), _differentiable(process(actual))
     e_ins = [t for t in eager_in if t.requires_grad]
@@ -427,24 +364,40 @@ def _run_backward(sample: Any, dtype: torch.dtype, state: tuple, key: tuple) -> 
     except BaseException as e:
         _reraise_fatal(e)
         outcome, reason = classify_exception(e, reached_backend=True)
+        rerun = functools.partial(_compiled_grads, state, cots, None, "aot_eager")
+        outcome, reason = _blame(outcome, reason, rerun)
         return Result(*key, "backward", outcome, reason)
-    fell_back = _fallback_reason()
+    fell_back = _fell_back_ops()
     if fell_back:
-        return Result(*key, "backward", "fallback", fell_back)
+        rerun = functools.partial(_compiled_grads, state, cots)
+        return Result(*key, "backward", "fallback", _fallback_detail(rerun, fell_back))
     why, abs_err, rel_err = compare(list(a_grads), list(e_grads), dtype)
     note = ""
     if why and why.endswith("differs"):
         with contextlib.suppress(Exception):
             why = compare(list(a_grads), list(e_grads), dtype, _ref_grads(state, cots))[0]
             note = "" if why else REF_NOTE
+    if why and ties is not None:
+        return Result(*key, "backward", "skip", "ties in the input: " + TIE_NOTE)
     if why:
         return Result(*key, "backward", "mismatch", "grad " + why, abs_err, rel_err)
     return Result(*key, "backward", "pass", note, abs_err, rel_err)
 
 
-def _ref_grads(state: tuple, cots: list[torch.Tensor]) -> tuple:
+def _compiled_grads(
+    state: _Run, cots: list[torch.Tensor], options: dict | None = _STRICT, backend: str = "neuron"
+) -> tuple:
+    """Input gradients through a fresh compile (default: ``fallback="error"``)."""
+    fn, eager_in, sample = state.fn, state.eager_in, state.sample
+    ins = [copy_leaf(t, True) for t in eager_in]
+    out = _run_compiled(fn, ins, options, backend)
+    outs = _differentiable(sample.output_process_fn_grad(out))
+    return torch.autograd.grad(outs, [t for t in ins if t.requires_grad], cots, allow_unused=True)
+
+
+def _ref_grads(state: _Run, cots: list[torch.Tensor]) -> tuple:
     """Eager input gradients computed in float64 (same cotangents)."""
-    fn, eager_in, _, _, _, sample = state
+    fn, eager_in, sample = state.fn, state.eager_in, state.sample
     ins = [to64(t, True) for t in eager_in]
     outs = _differentiable(sample.output_process_fn_grad(fn(*ins)))
     cots64 = [c.to(o.dtype) for c, o in zip(cots, outs, strict=True)]
@@ -494,7 +447,7 @@ def _merge(results: list[Result]) -> Result:
     if errs and merged.outcome in ("pass", "mismatch"):
         merged.max_abs_err = max(errs)
     if merged.outcome == "pass":
-        merged.reason = next((r.reason for r in results if r.reason), "")
+        merged.reason = next((r.reason for r in results if r.outcome == "pass" and r.reason), "")
     return merged
 
 
@@ -522,8 +475,6 @@ def run_entry(
         except BaseException as e:  # a timeout, or a failure outside the per-sample guards
             outcome, reason = classify_exception(e, reached_backend=True)
             results = [Result(name, variant, dt, "forward", outcome, reason)]
-            if isinstance(e, KeyboardInterrupt):
-                raise
         finally:
             torch._dynamo.reset()
     expectations = expectations if expectations is not None else []

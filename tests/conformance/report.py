@@ -106,21 +106,26 @@ def format_table(summary: dict[str, DtypeSummary]) -> str:
 
 # --------------------------------------------------------------------------- gap grouping
 
-_NUM = re.compile(r"\d+(\.\d+)?(e-?\d+)?")
+_NUM = re.compile(r"(?<![A-Za-z_\d])\d+(\.\d+)?(e-?\d+)?")
+_TENSOR_TYPE = re.compile(r"tensor<[^>]*>")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _normalize(text: str) -> str:
+    return _NUM.sub("N", _TENSOR_TYPE.sub("tensor<...>", text))
 
 
 def gap_group(r: Result) -> str:
     """A stable label for why an entry is not passing (what to fix), coarse enough to group."""
     reason = r.reason
     if r.outcome == "fallback":
-        m = re.match(r"unsupported: (\S+): (.*)", reason)
-        if m:
-            why = m.group(2)
-            if why.startswith("no lowering"):
-                return f"no lowering for {m.group(1)}"
-            return f"{m.group(1)} rejected: {_NUM.sub('N', why)}"
-        return reason  # "fell back: ..." from the partitioner
+        # "unsupported: op: why; op: why" (NC101) or "fell back: op: why; ..." (partitioner):
+        # grouped by the first op that could not be lowered.
+        detail = reason.split(": ", 1)[-1].split("; ")[0]
+        op, _, why = detail.partition(": ")
+        if not why or why.startswith("no lowering"):
+            return f"no lowering for {op}"
+        return f"{op} rejected: {_normalize(why)}"
     if r.outcome == "mismatch":
         kind = "dtype" if "dtype" in reason else "shape" if "shape" in reason else "values"
         if kind == "dtype":
@@ -128,31 +133,33 @@ def gap_group(r: Result) -> str:
         return f"{r.phase} numerical mismatch ({kind})"
     if r.outcome == "xfail":
         return "expected failure: " + reason.split(" [", 1)[0]
-    text = _NUM.sub("N", reason)
-    return text[:140]
+    return _normalize(reason)[:160]
 
 
-def gaps(results: list[Result], dtype: str) -> list[tuple[str, str, list[str]]]:
-    """``(outcome, group, [op names])`` for non-passing attempted entries, most common first."""
+def gaps(
+    results: list[Result], dtype: str, exclude: set[str] = frozenset()
+) -> list[tuple[str, str, list[str]]]:
+    """``(outcome, group, [op names])`` for non-passing attempted entries, most common first
+    (entries named in ``exclude`` left out)."""
     grouped: dict[tuple[str, str], list[str]] = defaultdict(list)
     for (op, variant, dt), r in entries(results).items():
-        if dt != dtype or r.outcome in ("pass", "skip"):
+        name = f"{op}.{variant}" if variant else op
+        if dt != dtype or r.outcome in ("pass", "skip") or name in exclude:
             continue
-        grouped[(r.outcome, gap_group(r))].append(f"{op}.{variant}" if variant else op)
+        grouped[(r.outcome, gap_group(r))].append(name)
     ordered = sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     return [(outcome, group, sorted(ops)) for (outcome, group), ops in ordered]
 
 
-def skips(results: list[Result], dtype: str) -> list[tuple[str, int]]:
-    c: Counter = Counter()
-    for (_, _, dt), r in entries(results).items():
+def skips(results: list[Result], dtype: str) -> list[tuple[str, list[str]]]:
+    """``(reason group, [op names])`` of skipped entries, most common first."""
+    grouped: dict[str, list[str]] = defaultdict(list)
+    for (op, variant, dt), r in entries(results).items():
         if dt == dtype and r.outcome == "skip":
-            c[
-                _NUM.sub("N", r.reason.split(": ", 2)[0] if "Dynamo" not in r.reason else r.reason)[
-                    :100
-                ]
-            ] += 1
-    return c.most_common()
+            parts = 3 if r.reason.startswith("not captured") else 2
+            key = _normalize(": ".join(r.reason.split(": ")[:parts]))[:100]
+            grouped[key].append(f"{op}.{variant}" if variant else op)
+    return sorted(grouped.items(), key=lambda kv: (-len(kv[1]), kv[0]))
 
 
 def _ops_list(ops: list[str], limit: int = 12) -> str:
@@ -177,7 +184,7 @@ def markdown(results: list[Result], *, command: str, meta: dict[str, str]) -> st
         "",
         "| dtype | entries | skipped | attempted | pass | fallback | xfail | mismatch | error "
         "| pass rate | forward pass | backward pass |",
-        "|---|" + "---:|" * 12,
+        "|---|" + "---:|" * 11,
     ]
     for s in summary.values():
         d = s.as_dict()
@@ -185,13 +192,30 @@ def markdown(results: list[Result], *, command: str, meta: dict[str, str]) -> st
         cells = [s.dtype, *(str(d[c]) for c in _COLUMNS), f"**{100 * s.pass_rate:.1f}%**"]
         cells += [f"{fp}/{fa}", f"{bp}/{ba}"]
         lines.append("| " + " | ".join(cells) + " |")
+    first = next(iter(summary), None)
     for dtype in summary:
-        lines += ["", f"#### Remaining gaps ({dtype}), most common first", ""]
-        for outcome, group, ops in gaps(results, dtype):
+        # Other dtypes list only their own gaps: entries that do not fail in the first dtype.
+        failing_first = (
+            set() if dtype == first else {op for _, _, ops in gaps(results, first) for op in ops}
+        )
+        title = f"Remaining gaps ({dtype})"
+        if dtype != first:
+            title = f"Gaps specific to {dtype} (entries not failing in {first})"
+        lines += ["", f"#### {title}, most common first", ""]
+        singles = []
+        for outcome, group, ops in gaps(results, dtype, failing_first):
+            if len(ops) == 1 and group.startswith("no lowering for "):
+                singles.append(f"`{group.removeprefix('no lowering for ')}` ({ops[0]})")
+                continue
             lines.append(f"- **{outcome}** — {group} ({len(ops)}): {_ops_list(ops)}")
+        if singles:
+            lines.append(
+                f"- **fallback** — no lowering, one entry each ({len(singles)}): "
+                + ", ".join(singles)
+            )
         skipped = skips(results, dtype)
         if skipped:
             lines += ["", f"<details><summary>Skipped ({dtype})</summary>", ""]
-            lines += [f"- {reason}: {n}" for reason, n in skipped]
+            lines += [f"- {reason} ({len(ops)}): {_ops_list(ops, 8)}" for reason, ops in skipped]
             lines += ["", "</details>"]
     return "\n".join(lines) + "\n"

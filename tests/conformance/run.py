@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ from pathlib import Path
 import jax
 import torch
 
-from . import harness, report
+from . import harness, opinfo, report
 
 
 def _progress(enabled: bool):
@@ -40,6 +42,13 @@ def _progress(enabled: bool):
     return show
 
 
+def _quiet_torch_logs() -> None:
+    """Failing entries are expected here; PyTorch's own warnings about them (tracebacks of
+    suppressed eager backward compiles, recompiles) would bury the progress lines."""
+    for name in ("torch._dynamo", "torch._functorch", "torch.fx", "torch._subclasses"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.conformance.run", description=__doc__)
     p.add_argument("--ops", help="comma-separated OpInfo names (name or name.variant); default all")
@@ -50,27 +59,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--csv", type=Path, help="write one row per (op, variant, dtype, phase)")
     p.add_argument("--markdown", type=Path, help="write the README coverage section")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
-    p.add_argument("--expectations", type=Path, default=harness.EXPECTATIONS)
-    p.add_argument("--from-csv", type=Path, help="summarize an earlier run instead of running")
+    p.add_argument("--expectations", type=Path, default=opinfo.EXPECTATIONS)
+    p.add_argument(
+        "--from-csv", type=Path, nargs="+", help="summarize earlier runs' CSVs instead of running"
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--verbose", action="store_true", help="keep PyTorch's warnings and logs")
     args = p.parse_args(argv)
+    if not args.verbose:
+        _quiet_torch_logs()
 
     started = time.perf_counter()
     if args.from_csv:
-        with open(args.from_csv, newline="") as f:
-            results = report.read_csv(f)
+        results = []
+        for path in args.from_csv:
+            with open(path, newline="") as f:
+                results += report.read_csv(f)
     else:
         try:
-            dtypes = [harness.DTYPES[d.strip()] for d in args.dtypes.split(",") if d.strip()]
+            dtypes = [opinfo.DTYPES[d.strip()] for d in args.dtypes.split(",") if d.strip()]
         except KeyError as e:
-            p.error(f"unknown dtype {e}; choose from {', '.join(harness.DTYPES)}")
+            p.error(f"unknown dtype {e}; choose from {', '.join(opinfo.DTYPES)}")
         names = [n.strip() for n in args.ops.split(",") if n.strip()] if args.ops else None
         try:
-            ops = harness.select_ops(harness.load_op_db(), names)
+            ops = opinfo.select_ops(opinfo.load_op_db(), names)
         except KeyError as e:
             p.error(str(e.args[0]))
         ops = ops[: args.limit] if args.limit else ops
-        expectations = harness.load_expectations(args.expectations)
+        expectations = opinfo.load_expectations(args.expectations)
         results = []
         csv_file = open(args.csv, "w", newline="") if args.csv else None  # noqa: SIM115
         writer = report.CsvWriter(csv_file) if csv_file else None
@@ -98,14 +114,29 @@ def main(argv: list[str] | None = None) -> int:
         print(report.format_table(summary))
         print(f"\n{len(results)} rows in {elapsed:.0f} s")
     if args.markdown:
-        command = "python -m tests.conformance.run " + " ".join(argv or sys.argv[1:])
-        meta = {
-            "torch": torch.__version__,
-            "jax": jax.__version__,
-            "samples/entry": str(args.samples),
-        }
-        args.markdown.write_text(report.markdown(results, command=command.strip(), meta=meta))
+        dtypes = ",".join(dict.fromkeys(r.dtype for r in results))
+        command = f"python -m tests.conformance.run --dtypes {dtypes} --markdown coverage.md"
+        if args.samples != harness.DEFAULT_SAMPLES:
+            command += f" --samples {args.samples}"
+        meta = {"commit": _commit(), "torch": torch.__version__, "jax": jax.__version__}
+        args.markdown.write_text(report.markdown(results, command=command, meta=meta))
     return 0
+
+
+def _commit() -> str:
+    """Short commit of the checkout (``+dirty`` with uncommitted changes), or ``unknown``."""
+    root = Path(__file__).resolve().parents[2]
+    git = ["git", "-C", str(root)]
+    try:
+        head = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        )
+        dirty = subprocess.run([*git, "status", "--porcelain"], capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from tests.conformance import harness, report
+from tests.conformance import opinfo, report
 from tests.conformance.harness import Result, entry_outcome, run_entry
 
 # OpInfo full names (name or name.variant). One entry each, float32, forward + backward.
@@ -69,12 +69,12 @@ CI_OPS = (
 
 @functools.cache
 def _op_db() -> dict[str, object]:
-    return {harness.full_name(op): op for op in harness.load_op_db()}
+    return {opinfo.full_name(op): op for op in opinfo.load_op_db()}
 
 
 @functools.cache
 def _expectations() -> tuple[dict[str, str], ...]:
-    return tuple(harness.load_expectations())
+    return tuple(opinfo.load_expectations())
 
 
 def _describe(results: list[Result]) -> str:
@@ -99,11 +99,11 @@ def test_ci_slice_names_exist():
 
 
 def test_expectations_file_is_valid():
-    entries = harness.load_expectations()
+    entries = opinfo.load_expectations()
     known = set(_op_db()) | {op.name for op in _op_db().values()}
     for e in entries:
         assert e["op"] in known, f"expectations.toml names unknown OpInfo {e['op']!r}"
-        assert e.get("dtype", "*") in ("*", *harness.DTYPES)
+        assert e.get("dtype", "*") in ("*", *opinfo.DTYPES)
         assert e.get("phase", "*") in ("*", "forward", "backward")
 
 
@@ -114,7 +114,7 @@ def _opinfo(name, fn, sample_fn, **kw):
     from torch.testing._internal.common_dtype import floating_types
     from torch.testing._internal.opinfo.core import OpInfo
 
-    harness.load_op_db()  # registers the expecttest stand-in if needed
+    opinfo.load_op_db()  # registers the expecttest stand-in if needed
     return OpInfo(name, op=fn, dtypes=floating_types(), sample_inputs_func=sample_fn, **kw)
 
 
@@ -192,10 +192,17 @@ def test_summary_counts_entries_and_pass_rate():
         Result("a", "", "float32", "backward", "mismatch", "grad output 0 differs", 0.5),
         Result("b", "", "float32", "forward", "pass"),
         Result("c", "", "float32", "forward", "skip", "random"),
-        Result("d", "", "float32", "forward", "fallback", "unsupported: aten.x.default: no lowering registered"),
+        Result(
+            "d",
+            "",
+            "float32",
+            "forward",
+            "fallback",
+            "unsupported: aten.x.default: no lowering registered",
+        ),
     ]
     s = report.summarize(rows)["float32"]
     assert (s.total, s.attempted, s.counts["pass"], s.counts["mismatch"]) == (4, 3, 1, 1)
     assert s.pass_rate == pytest.approx(1 / 3)
     md = report.markdown(rows, command="x", meta={})
-    assert "33.3%" in md and "no lowering for aten.x.default" in md
+    assert "33.3%" in md and "`aten.x.default` (d)" in md

@@ -85,6 +85,14 @@ def cast_source(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return torch.randint(max(info.min, -(2**20)), min(info.max, 2**20) + 1, shape).to(dtype)
 
 
+def nonzero(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Divisors of either sign, never zero: floats in +-[0.1, 3), integers in +-[1, 5]."""
+    sign = torch.randint(0, 2, shape) * 2 - 1
+    if dtype.is_floating_point:
+        return (sign * (torch.rand(shape) * 2.9 + 0.1)).to(dtype)
+    return (sign * torch.randint(1, 6, shape)).to(dtype)
+
+
 def idx(high: int, low: int = 0) -> Maker:
     """int64 indices in [low, high) whatever the case dtype (they are indices, not data)."""
     return lambda shape, dtype: torch.randint(low, high, shape)
@@ -147,6 +155,17 @@ OP_CASES: list[OpCase] = [
         make=positive,
     ),
     OpCase("div-trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"), (M, M), dtypes=F32),
+    OpCase(
+        "div-rounding-modes",
+        lambda a, b: (
+            torch.div(a, b, rounding_mode="floor"),
+            torch.div(a, b, rounding_mode="trunc"),
+        ),
+        (M, M),
+        dtypes=(torch.float32, torch.bfloat16, torch.int32, torch.int64),
+        # large quotients: bf16 must round the quotient before truncating, as eager does
+        make=(lambda s, d: (torch.randn(s) * 50).to(d), nonzero),
+    ),
     OpCase("pow-scalar", lambda a: a**3, (M,)),
     OpCase("pow-tensor", torch.pow, (M, M), make=positive),
     OpCase("square", lambda a: a**2, (M,)),
@@ -212,6 +231,16 @@ OP_CASES: list[OpCase] = [
     ),
     OpCase("linear-3d", F.linear, ((2, 3, 16), (8, 16), (8,))),
     OpCase("matmul-broadcast", torch.matmul, ((2, 3, 4, 16), (16, 5))),
+    OpCase(
+        "addmv",
+        lambda b, m, v: torch.addmv(b, m, v, beta=0.5, alpha=2),
+        ((4,), (4, 16), (16,)),
+    ),
+    OpCase(
+        "addbmm",
+        lambda b, x, y: torch.addbmm(b, x, y, beta=0.5, alpha=2),
+        ((4, 5), (3, 4, 6), (3, 6, 5)),
+    ),
     # reductions
     OpCase("sum", lambda a: a.sum(), ((6, 8),)),
     OpCase("sum-dim-keepdim", lambda a: a.sum(dim=(0, 2), keepdim=True), ((3, 4, 5),)),
@@ -327,7 +356,7 @@ OP_CASES: list[OpCase] = [
     ),
     OpCase(
         "sort-nan",
-        lambda a: (a.sort(dim=1, stable=True), a.sort(dim=1, stable=True, descending=True)),
+        lambda a: (*a.sort(dim=1, stable=True), *a.sort(dim=1, stable=True, descending=True)),
         (M,),
         dtypes=F32,
         make=with_nan,
@@ -336,6 +365,29 @@ OP_CASES: list[OpCase] = [
     OpCase("topk", lambda a: a.topk(3, 1), (M,), dtypes=F32_BF16_INT, make=distinct),
     OpCase("topk-smallest", lambda a: a.topk(2, 0, largest=False), (M,), make=distinct),
     OpCase("kthvalue", lambda a: a.kthvalue(3, 1), (M,), dtypes=F32_BF16_INT, make=distinct),
+    OpCase("median-dim", lambda a: a.median(1), (M,), dtypes=F32_BF16_INT, make=distinct),
+    OpCase("median-all", lambda a: a.median(), (M,), make=distinct),
+    OpCase(
+        "median-nanmedian-nan",
+        lambda a: (*a.median(1), *a.nanmedian(1), a.nanmedian()),
+        (M,),
+        dtypes=F32,
+        make=with_nan,
+    ),
+    OpCase(
+        "bucketize",
+        lambda a, b: (torch.bucketize(a, b), torch.bucketize(a, b, right=True, out_int32=True)),
+        (M, (4,)),
+        dtypes=(*F32, torch.int32),
+        make=(integers, lambda s, d: torch.tensor([-2, 0, 1, 3]).to(d)),
+    ),
+    OpCase(
+        "searchsorted",
+        lambda b, a: (torch.searchsorted(b, a), torch.searchsorted(b, a, side="right")),
+        ((4, 5), (4, 3)),
+        dtypes=F32,
+        make=(lambda s, d: torch.randn(s).sort(-1).values, special),
+    ),
     # elementwise math
     OpCase("atan2", torch.atan2, (M, M)),
     OpCase("atan2-int", torch.atan2, (M, M), dtypes=(torch.int32,), make=integers),
@@ -392,6 +444,14 @@ OP_CASES: list[OpCase] = [
         # int32 amounts up to 39: shifting by >= the bit width gives 0 / the sign, as in eager
         make=(integers, lambda s, d: torch.randint(0, 40, s, dtype=d)),
     ),
+    OpCase(
+        "bitwise-shift-functions",
+        lambda a, b: (torch.bitwise_left_shift(a, b), torch.bitwise_right_shift(a, 2)),
+        (M, M),
+        dtypes=(torch.int32, torch.int16, torch.uint8),
+        make=(integers, lambda s, d: torch.randint(0, 8, s).to(d)),
+    ),
+    OpCase("copysign-scalar", lambda a: torch.copysign(a, -1.0), (M,)),
     OpCase("tan", torch.tan, (M,)),
     OpCase("atan", torch.atan, (M,), make=special),
     OpCase("asin-acos", lambda a: (torch.asin(a), torch.acos(a)), (M,), make=unit),
@@ -409,6 +469,15 @@ OP_CASES: list[OpCase] = [
     OpCase("log2-log10", lambda a: (torch.log2(a * 10), torch.log10(a * 10)), (M,), make=positive),
     OpCase("exp2", torch.exp2, (M,)),
     OpCase("erfinv", torch.erfinv, (M,), make=unit),
+    OpCase("erfc", torch.erfc, ((64,),), make=lambda s, d: torch.linspace(-6, 6, 64).to(d)),
+    OpCase(
+        "round-decimals",
+        lambda a: (torch.round(a * 100, decimals=2), torch.round(a * 1000, decimals=-2)),
+        (M,),
+        dtypes=F32,
+    ),
+    OpCase("angle", torch.angle, (M,), dtypes=(*F32, torch.int32), make=special),
+    OpCase("ldexp", torch.ldexp, (M, M), dtypes=F32, make=(randn, integers)),
     # activations (elu/leaky_relu/hardtanh lowered; the others reach us decomposed)
     OpCase("elu", F.elu, (M,)),
     OpCase("selu-celu", lambda a: (F.selu(a), F.celu(a, 0.5)), (M,)),
@@ -447,7 +516,31 @@ OP_CASES: list[OpCase] = [
     OpCase("slice-scatter", lambda a, b: torch.slice_scatter(a, b, 1, 1, 8, 3), (M, (4, 3))),
     OpCase("select-scatter", lambda a, b: torch.select_scatter(a, b, 0, -1), (M, (8,))),
     OpCase("diagonal-scatter", lambda a, b: torch.diagonal_scatter(a, b, 1), (M, (4,))),
-    OpCase("tril-indices", lambda a: a[torch.tril_indices(4, 4, -1).unbind()], (M,)),
+    OpCase(
+        "tril-triu-indices",
+        lambda a: (
+            a[torch.tril_indices(4, 4, -1).unbind()],
+            a[torch.triu_indices(4, 8, 2).unbind()],
+        ),
+        (M,),
+    ),
+    OpCase(
+        "replication-pad2d-backward",
+        lambda g, x: torch.ops.aten.replication_pad2d_backward(g, x, [1, 2, 0, 3]),
+        ((2, 3, 7, 8), (2, 3, 4, 5)),
+    ),
+    OpCase(
+        "replication-pad2d-backward-cropping",
+        lambda g, x: torch.ops.aten.replication_pad2d_backward(g, x, [-1, 2, 1, -2]),
+        ((2, 3, 3, 6), (2, 3, 4, 5)),
+        dtypes=F32,
+    ),
+    OpCase(
+        "replication-pad3d-backward",
+        lambda g, x: torch.ops.aten.replication_pad3d_backward(g, x, [1, 0, 2, 1, 1, 1]),
+        ((1, 2, 5, 6, 6), (1, 2, 3, 3, 5)),
+        dtypes=F32,
+    ),
     # indexing
     OpCase("index-inner-dim", lambda a, i: a[:, i], (M, (3, 2)), make=(randn, idx(8, -8))),
     OpCase(
@@ -464,6 +557,66 @@ OP_CASES: list[OpCase] = [
         make=(randn, idx(8), randn),
     ),
     OpCase(
+        "index-put-bool-mask",
+        lambda a, m, v: (
+            torch.ops.aten.index_put(a, [a > 0], torch.tensor(0.5)),
+            torch.ops.aten.index_put(a, [m > 0], v),
+            torch.ops.aten.index_put(a, [None, m.sum(0) > 0], v.expand(4, 4) * 2, True),
+        ),
+        (M, (4, 8), (4,)),
+        make=(randn, lambda s, d: torch.eye(*s).to(d), randn),
+    ),
+    OpCase(
+        "masked-scatter",
+        lambda a, m, s: a.masked_scatter(m > 0, s),
+        (M, (8,), (5, 8)),
+        dtypes=(*F32, torch.bfloat16, torch.int32),
+        make=(integers, randn, integers),
+    ),
+    OpCase(
+        "scatter-reduce",
+        lambda a, i, s: [
+            a.scatter_reduce(1, i, s, r, include_self=inc)
+            for r in ("sum", "prod", "mean", "amax", "amin")
+            for inc in (True, False)
+        ],
+        (M, (4, 5), (4, 6)),
+        dtypes=(*F32, torch.int32),
+        make=(integers, idx(8), integers),
+    ),
+    OpCase(
+        "scatter-reduce-amax-bf16",
+        lambda a, i, s: a.scatter_reduce(0, i, s, "amax", include_self=False),
+        (M, (3, 8), (3, 8)),
+        dtypes=(torch.bfloat16,),
+        make=(randn, idx(4), randn),
+    ),
+    OpCase(
+        "index-reduce",
+        lambda a, s: [
+            a.index_reduce(0, torch.tensor([0, 0, 3, 1, 3]), s, r, include_self=inc)
+            for r in ("prod", "mean", "amax", "amin")
+            for inc in (True, False)
+        ],
+        (M, (5, 8)),
+        dtypes=(*F32, torch.int32),
+        make=integers,
+    ),
+    OpCase(
+        "put-take",
+        lambda a, s: (
+            a.put(torch.tensor([1, -5, 30]), s),
+            a.put(torch.tensor([1, 1, -1]), s, accumulate=True),
+            a.take(torch.tensor([[1, 5], [-1, 0]])),
+        ),
+        (M, (3,)),
+    ),
+    OpCase(
+        "narrow-copy-as-strided",
+        lambda a: (a.narrow_copy(1, -5, 3), a.as_strided((3, 3), (1, 2), 2)),
+        (M,),
+    ),
+    OpCase(
         "take-along-dim",
         lambda a, i: torch.take_along_dim(a, i, 1),
         (M, (4, 3)),
@@ -476,6 +629,43 @@ OP_CASES: list[OpCase] = [
         "upsample-nearest", lambda a: F.interpolate(a, size=(7, 9), mode="nearest"), ((2, 3, 4, 5),)
     ),
     OpCase("pixel-shuffle", lambda a: F.pixel_shuffle(a, 2), ((1, 8, 3, 3),)),
+    # pooling beyond 2-D max/avg
+    OpCase(
+        "max-pool3d",
+        lambda a: F.max_pool3d(
+            a, (2, 3, 2), (2, 2, 1), (1, 1, 0), ceil_mode=True, return_indices=True
+        ),
+        ((2, 3, 6, 7, 5),),
+    ),
+    OpCase(
+        "avg-pool3d",
+        lambda a: F.avg_pool3d(a, (2, 3, 2), (2, 2, 1), (1, 1, 0), True, count_include_pad=False),
+        ((2, 3, 6, 7, 5),),
+        dtypes=F32,  # eager has no bf16 avg_pool3d on CPU
+    ),
+    OpCase("pool1d", lambda a: (F.avg_pool1d(a, 3, 2, 1), F.max_pool1d(a, 2)), ((2, 3, 8),)),
+    OpCase(
+        "adaptive-max-pool2d",
+        lambda a: F.adaptive_max_pool2d(a, (3, 4), return_indices=True),
+        ((2, 3, 7, 9),),
+    ),
+    OpCase(
+        "adaptive-max-pool2d-ties",
+        lambda a: F.adaptive_max_pool2d(a, (2, 3), return_indices=True),
+        ((2, 3, 5, 7),),
+        dtypes=F32,
+        make=ties,
+    ),
+    # distances (eager has float32/float64 kernels only)
+    OpCase(
+        "cdist",
+        lambda a, b: [torch.cdist(a, b, p) for p in (2.0, 1.0, 0.5, math.inf)],
+        ((2, 5, 3), (2, 4, 3)),
+        dtypes=F32,
+    ),
+    OpCase(
+        "pdist", lambda a: (F.pdist(a), F.pdist(a, 1.0), F.pdist(a, 3.0)), ((5, 3),), dtypes=F32
+    ),
     # normalization
     OpCase("group-norm", lambda x, w, b: F.group_norm(x, 3, w, b), ((2, 6, 5, 4), (6,), (6,))),
     OpCase("group-norm-no-affine", lambda x: F.group_norm(x, 2), ((2, 6, 7),)),

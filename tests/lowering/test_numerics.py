@@ -9,6 +9,9 @@ import torch.utils._pytree as pytree
 from tests.helpers import assert_close_tree, run_lowered
 from tests.lowering.cases import OP_CASES, TOLERANCE
 
+# torch warns once that index_reduce is a beta API; the index-reduce case calls it on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
+
 PARAMS = [
     pytest.param(
         case, dtype, id=case_id, marks=[pytest.mark.xfail(reason=case.xfail)] if case.xfail else []

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     batch_norm,
     conv,
+    distance,
     elementwise,
     indexing,
     matmul,

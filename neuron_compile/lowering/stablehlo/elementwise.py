@@ -148,6 +148,43 @@ def _lower_erf(ctx: LoweringContext, x: Value) -> Value:
     return _float_unary(ctx, x, lambda v: erf(ctx, v))
 
 
+# Cephes' f32 erfc for |x| > 1 (XLA's ErfcImpl32): erfc(x) = exp(-x^2) / |x| * P(1 / x^2), with one
+# polynomial for |x| < 2 and another beyond. 1 - erf(x) would lose all relative precision there.
+_ERFC_P = (
+    +2.326819970068386e-2, -1.387039388740657e-1, +3.687424674597105e-1, -5.824733027278666e-1,
+    +6.210004621745983e-1, -4.944515323274145e-1, +3.404879937665872e-1, -2.741127028184656e-1,
+    +5.638259427386472e-1,
+)  # fmt: skip
+_ERFC_R = (
+    -1.047766399936249e1, +1.297719955372516e1, -7.495518717768503e0, +2.921019019210786e0,
+    -1.015265279202700e0, +4.218463358204948e-1, -2.820767439740514e-1, +5.641895067754075e-1,
+)  # fmt: skip
+
+
+def erfc(ctx: LoweringContext, x: Value) -> Value:
+    """erfc for float32 ``x``: 1 - erf(x) for |x| <= 1, Cephes' tail approximation beyond."""
+    e = ctx.emit
+    a = e.unary("abs", x)
+    z = e.unary("exponential", e.unary("negate", e.binary("multiply", x, x)))
+    q = e.binary("divide", ctx.full_like(1.0, x), a)
+    y = e.binary("multiply", q, q)
+    near = e.compare(a, ctx.full_like(2.0, a), "LT")
+    p = e.select(near, _polynomial(ctx, y, _ERFC_P), _polynomial(ctx, y, _ERFC_R))
+    tail = e.binary("multiply", e.binary("multiply", z, q), p)  # exp underflows to 0 far out
+    tail = e.select(
+        e.compare(x, ctx.full_like(0, x), "LT"),
+        e.binary("subtract", ctx.full_like(2.0, x), tail),
+        tail,
+    )
+    small = e.binary("subtract", ctx.full_like(1.0, x), erf(ctx, x))
+    return e.select(e.compare(a, ctx.full_like(1.0, a), "GT"), tail, small)
+
+
+@lowering(aten.erfc.default, supports=floats_only)
+def _lower_erfc(ctx: LoweringContext, x: Value) -> Value:
+    return _float_unary(ctx, x, lambda v: erfc(ctx, v))
+
+
 # ---- binary arithmetic ----------------------------------------------------------------------
 def _arith(ctx: LoweringContext, hlo: str, a, b, kind: Kind = Kind.DEFAULT) -> Value:
     a, b = ctx.promote(a, b, kind=kind)
@@ -193,16 +230,59 @@ def _lower_div_mode(ctx: LoweringContext, a, b, rounding_mode=None) -> Value:
     e = ctx.emit
     if rounding_mode is None:
         return _arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
-    a, b = ctx.promote(a, b)
-    if not a.dtype.is_floating_point and rounding_mode == "trunc":
-        return e.binary("divide", a, b)  # integer divide truncates
-    fa, fb = ctx.promote(a, b, dtype=torch.float32 if not a.dtype.is_floating_point else a.dtype)
-    q = e.binary("divide", fa, fb)
+    a, b = ctx.promote(a, b)  # ints stay ints; bf16/f16 come back as their float32 opmath
+    if not a.dtype.is_floating_point:
+        q = e.binary("divide", a, b)  # integer divide truncates
+        if rounding_mode == "floor" and not is_unsigned(a.dtype):
+            # One less when the signs differ and the division is inexact (eager's
+            # div_floor_integer; exact for every int32, unlike a float32 detour).
+            zero = ctx.full_like(0, a)
+            inexact = e.compare(e.binary("remainder", a, b), zero, "NE")
+            signs_differ = e.binary("xor", e.compare(a, zero, "LT"), e.compare(b, zero, "LT"))
+            fix = e.binary("and", inexact, signs_differ)
+            q = e.select(fix, e.binary("subtract", q, ctx.full_like(1, q)), q)
+        return e.convert(q, ctx.out_dtype)
+
+    # Floats: eager rounds a bf16/f16 quotient to its dtype before truncating or flooring it
+    # (1076.66 -> 1080 -> 1080, not 1076). Compute in float32 with an explicit rounding step:
+    # XLA would fold a bf16 -> f32 -> bf16 convert pair and skip that rounding.
+    def rounded(v: Value) -> Value:
+        return e.round_to_precision(v, ctx.out_dtype)
+
     if rounding_mode == "floor":
-        q = e.unary("floor", q)
-    else:  # trunc: round toward zero
-        q = e.binary("multiply", e.unary("sign", q), e.unary("floor", e.unary("abs", q)))
+        q = _div_floor_float(ctx, a, b, rounded)
+    else:  # trunc: round the quotient toward zero
+        q = rounded(e.binary("divide", a, b))
+        q = e.select(
+            e.compare(q, ctx.full_like(0, q), "LT"), e.unary("ceil", q), e.unary("floor", q)
+        )
     return e.convert(q, ctx.out_dtype)
+
+
+def _div_floor_float(
+    ctx: LoweringContext, a: Value, b: Value, rounded: Callable[[Value], Value]
+) -> Value:
+    """Eager's div_floor_floating (c10/util/generic_math.h): floor of ``(a - fmod(a, b)) / b``
+    with a sign fix, which is exact where ``floor(a / b)`` can be off by one after rounding.
+    ``rounded`` reproduces the low-precision rounding of each intermediate."""
+    e = ctx.emit
+    zero = ctx.full_like(0, a)
+    mod = e.binary("remainder", a, b)
+    div = rounded(e.binary("divide", rounded(e.binary("subtract", a, mod)), b))
+    mod_sign_fix = e.binary(
+        "and",
+        e.compare(mod, zero, "NE"),
+        e.binary("xor", e.compare(b, zero, "LT"), e.compare(mod, zero, "LT")),
+    )
+    div = e.select(mod_sign_fix, rounded(e.binary("subtract", div, ctx.full_like(1, div))), div)
+    floordiv = e.unary("floor", div)
+    round_up = e.compare(e.binary("subtract", div, floordiv), ctx.full_like(0.5, div), "GT")
+    floordiv = e.select(round_up, e.binary("add", floordiv, ctx.full_like(1, div)), floordiv)
+    # div == 0: a signed zero with the sign of a / b; b == 0: the IEEE quotient.
+    quotient = rounded(e.binary("divide", a, b))
+    signed_zero = e.binary("multiply", zero, quotient)
+    floordiv = e.select(e.compare(div, zero, "EQ"), signed_zero, floordiv)
+    return e.select(e.compare(b, zero, "EQ"), quotient, floordiv)
 
 
 @lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, supports=floats_only)
@@ -501,3 +581,40 @@ def _lower_right_shift(ctx: LoweringContext, a, b) -> Value:
     a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
     hlo = "shift_right_logical" if is_unsigned(a.dtype) else "shift_right_arithmetic"
     return ctx.emit.binary(hlo, a, b)
+
+
+# ---- rounding to decimals, angle, ldexp -----------------------------------------------------
+@lowering(aten.round.decimals, supports=floats_only)
+def _lower_round_decimals(ctx: LoweringContext, x: Value, *, decimals: int = 0) -> Value:
+    """Eager's kernel: round-half-even of ``x * 10^d`` divided back (or ``x / 10^-d`` times back
+    for negative ``d``), with the power of ten in the tensor's dtype."""
+    e = ctx.emit
+    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
+    if decimals == 0:
+        return e.unary("round_nearest_even", x)
+    scale = ctx.full_like(10.0 ** abs(decimals), x)
+    if decimals > 0:
+        return e.binary(
+            "divide", e.unary("round_nearest_even", e.binary("multiply", x, scale)), scale
+        )
+    return e.binary("multiply", e.unary("round_nearest_even", e.binary("divide", x, scale)), scale)
+
+
+@lowering(aten.angle.default, supports=dtypes_in(*ALL_DTYPES))
+def _lower_angle(ctx: LoweringContext, x: Value) -> Value:
+    """Real input: pi for negatives, 0 otherwise, NaN stays NaN."""
+    e = ctx.emit
+    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
+    out = e.select(
+        e.compare(x, ctx.full_like(0, x), "LT"), ctx.full_like(math.pi, x), ctx.full_like(0, x)
+    )
+    return e.select(e.compare(x, x, "NE"), x, out)
+
+
+@lowering(aten.ldexp.Tensor, supports=floats_only)
+def _lower_ldexp(ctx: LoweringContext, x: Value, exponent: Value) -> Value:
+    """``x * 2^exponent`` (as eager: a multiply by a float power of two)."""
+    e = ctx.emit
+    x, exponent = ctx.promote(x, exponent, dtype=ctx.compute_dtype(ctx.out_dtype))
+    scaled = e.binary("multiply", x, e.binary("power", ctx.full_like(2.0, exponent), exponent))
+    return e.convert(scaled, ctx.out_dtype)

@@ -1,7 +1,9 @@
-"""Indexing: embedding, gather/scatter, index/index_put (advanced indexing on leading dims)."""
+"""Indexing: embedding, gather/scatter/scatter_reduce, index/index_put (advanced indexing),
+masked_scatter."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -11,6 +13,7 @@ from ..context import LoweringContext, broadcast_shapes
 from ..emit import Value
 from ..registry import ALL_DTYPES, dtypes_in, lowering
 from .reduction import _minmax_init
+from .scan import scan
 
 aten = torch.ops.aten
 any_dtype = dtypes_in(*ALL_DTYPES)
@@ -23,6 +26,18 @@ def _wrap_negative(ctx: LoweringContext, idx: Value, size: int) -> Value:
     idx = e.convert(idx, INDEX)
     neg = e.compare(idx, ctx.full_like(0, idx), "LT")
     return e.select(neg, e.binary("add", idx, ctx.full_like(size, idx)), idx)
+
+
+def _as_vector(ctx: LoweringContext, *xs: Value | None) -> list[Value | None]:
+    """0-d tensors as 1-element vectors: torch indexes a 0-d tensor along "dim 0" as if it had
+    one element (the rules below then reshape their result back)."""
+    return [ctx.emit.reshape(x, [1]) if isinstance(x, Value) and x.rank == 0 else x for x in xs]
+
+
+def _empty_result(ctx: LoweringContext) -> Value | None:
+    """A zero-element result needs no data (and a gather from an empty operand is invalid)."""
+    out = ctx.out_type()
+    return ctx.emit.full(0, out.shape, out.dtype) if math.prod(out.shape) == 0 else None
 
 
 def _full_coordinates(ctx: LoweringContext, index: Value, dim: int, size: int) -> Value:
@@ -62,10 +77,13 @@ def _lower_embedding(
 def _lower_gather(
     ctx: LoweringContext, x: Value, dim: int, index: Value, sparse_grad: bool = False
 ) -> Value:
+    if (empty := _empty_result(ctx)) is not None:
+        return empty
+    x, index = _as_vector(ctx, x, index)
     dim = dim + x.rank if dim < 0 else dim
     coords = _full_coordinates(ctx, index, dim, x.shape[dim])
     all_dims = list(range(x.rank))
-    return ctx.emit.gather(
+    gathered = ctx.emit.gather(
         x,
         coords,
         offset_dims=[],
@@ -75,12 +93,18 @@ def _lower_gather(
         slice_sizes=[1] * x.rank,
         out_shape=index.shape,
     )
+    return ctx.emit.reshape(gathered, ctx.out_shape)
 
 
 def _scatter_elements(
     ctx: LoweringContext, x: Value, dim: int, index: Value, src, combiner: str | None
 ) -> Value:
     e = ctx.emit
+    if math.prod(index.shape) == 0:
+        return x
+    if x.rank == 0:  # torch scatters into a 0-d tensor as into a 1-element vector
+        vx, vindex, vsrc = _as_vector(ctx, x, index, src)
+        return e.reshape(_scatter_elements(ctx, vx, 0, vindex, vsrc, combiner), ())
     dim = dim + x.rank if dim < 0 else dim
     coords = _full_coordinates(ctx, index, dim, x.shape[dim])
     if isinstance(src, Value):
@@ -141,6 +165,18 @@ def _lower_scatter_reduce(
     *,
     include_self: bool = True,
 ) -> Value:
+    return scatter_reduce(ctx, x, dim, index, src, reduce, include_self)
+
+
+def scatter_reduce(
+    ctx: LoweringContext,
+    x: Value,
+    dim: int,
+    index: Value,
+    src: Value,
+    reduce: str,
+    include_self: bool,
+) -> Value:
     """Without ``include_self``, every scattered-to position first becomes the reduction's
     identity; ``mean`` divides by the per-position count (floor division for integers), as
     eager's kernel does."""
@@ -162,6 +198,47 @@ def _lower_scatter_reduce(
     negative = e.compare(out, ctx.full_like(0, out), "LT")
     fix = e.binary("and", inexact, negative)
     return e.select(fix, e.binary("subtract", quotient, ctx.full_like(1, quotient)), quotient)
+
+
+@lowering(aten.index_reduce.default, supports=any_dtype)
+def _lower_index_reduce(
+    ctx: LoweringContext,
+    x: Value,
+    dim: int,
+    index: Value,
+    source: Value,
+    reduce: str,
+    *,
+    include_self: bool = True,
+) -> Value:
+    """``x.select(dim, index[i]) <reduce>= source.select(dim, i)``: a scatter_reduce whose
+    element-wise index is ``index`` broadcast along ``dim`` over ``source``'s shape."""
+    if x.rank == 0:
+        vx, vsource = _as_vector(ctx, x, source)
+        out = _lower_index_reduce(ctx, vx, 0, index, vsource, reduce, include_self=include_self)
+        return ctx.emit.reshape(out, ())
+    dim = dim + x.rank if dim < 0 else dim
+    index = ctx.emit.reshape(ctx.emit.convert(index, INDEX), [math.prod(index.shape)])
+    full = ctx.emit.broadcast_in_dim(index, source.shape, [dim])
+    return scatter_reduce(ctx, x, dim, full, source, reduce, include_self)
+
+
+@lowering(aten.put.default, supports=any_dtype)
+def _lower_put(
+    ctx: LoweringContext, x: Value, index: Value, source: Value, accumulate: bool = False
+) -> Value:
+    """Writes (or adds) ``source`` at flat positions of ``x`` (negative positions count from
+    the end)."""
+    e = ctx.emit
+    n, k = math.prod(x.shape), math.prod(index.shape)
+    flat_idx = e.reshape(_wrap_negative(ctx, index, n), [k, 1])
+    updates = e.reshape(e.convert(source, x.dtype), [k])
+    out = e.scatter(
+        e.reshape(x, [n]), flat_idx, updates, update_window_dims=[], inserted_window_dims=[0],
+        scatter_dims_to_operand_dims=[0], index_vector_dim=1,
+        combiner="add" if accumulate else None,
+    )  # fmt: skip
+    return e.reshape(out, x.shape)
 
 
 def supports_index_tensors(node: fx.Node) -> str | None:
@@ -200,6 +277,8 @@ def _advanced_index(
 
 @lowering(aten.index.Tensor, supports=supports_index_tensors)
 def _lower_index(ctx: LoweringContext, x: Value, indices: Sequence[Value | None]) -> Value:
+    if (empty := _empty_result(ctx)) is not None:
+        return empty
     coords, indexed, offset_dims = _advanced_index(ctx, x, indices)
     return ctx.emit.gather(
         x,
@@ -213,7 +292,17 @@ def _lower_index(ctx: LoweringContext, x: Value, indices: Sequence[Value | None]
     )
 
 
-@lowering(aten.index_put.default, aten._unsafe_index_put.default, supports=supports_index_tensors)
+def supports_index_put(node: fx.Node) -> str | None:
+    """index_put: integer index tensors anywhere, or one boolean mask (``x[mask] = v``: the
+    result keeps x's shape, so the mask is fine here even though ``x[mask]`` is dynamic)."""
+    tensors = [i for i in node.args[1] if isinstance(i, fx.Node)]
+    masks = [i for i in tensors if i.meta["val"].dtype == torch.bool]
+    if masks and (len(tensors) > 1 or masks[0].meta["val"].dim() == 0):
+        return "a boolean mask combined with other index tensors (or a 0-d mask) is not supported"
+    return None
+
+
+@lowering(aten.index_put.default, aten._unsafe_index_put.default, supports=supports_index_put)
 def _lower_index_put(
     ctx: LoweringContext,
     x: Value,
@@ -221,6 +310,8 @@ def _lower_index_put(
     values: Value,
     accumulate: bool = False,
 ) -> Value:
+    if any(isinstance(i, Value) and i.dtype == torch.bool for i in indices):
+        return _masked_put(ctx, x, indices, values, accumulate)
     coords, indexed, offset_dims = _advanced_index(ctx, x, indices)
     # The updates have the shape x[indices] would have; values broadcast to it.
     batch = list(coords.shape[:-1])
@@ -243,6 +334,11 @@ def _lower_index_put(
 
 @lowering(aten.index_select.default, supports=any_dtype)
 def _lower_index_select(ctx: LoweringContext, x: Value, dim: int, index: Value) -> Value:
+    if (empty := _empty_result(ctx)) is not None:
+        return empty
+    if x.rank == 0:
+        (vx,) = _as_vector(ctx, x)
+        return ctx.emit.reshape(_lower_index_select(ctx, vx, 0, index), ctx.out_shape)
     dim = dim + x.rank if dim < 0 else dim
     idx = ctx.emit.reshape(
         _wrap_negative(ctx, index, x.shape[dim]), [index.shape[0] if index.rank else 1, 1]
@@ -263,3 +359,98 @@ def _lower_index_select(ctx: LoweringContext, x: Value, dim: int, index: Value) 
     # gather puts the batch dim first; move it back to `dim`.
     perm = list(range(1, dim + 1)) + [0] + list(range(dim + 1, x.rank))
     return ctx.emit.reshape(ctx.emit.transpose(gathered, perm), ctx.out_shape)
+
+
+# ---- masked_scatter: static shapes via a running count of the mask ---------------------------
+def _mask_slots(ctx: LoweringContext, mask: Value, shape: Sequence[int]) -> tuple[Value, Value]:
+    """Flattened mask broadcast to ``shape``, and for each position the number of true mask
+    elements before it: the source element a true position takes (row-major order)."""
+    e = ctx.emit
+    flat = e.reshape(ctx.broadcast_to(e.convert(mask, torch.bool), shape), [math.prod(shape)])
+    ones = e.convert(flat, INDEX)
+    (inclusive,) = scan(ctx, [ones], [e.scalar(0, INDEX)], 0, lambda a, b: [e.binary("add", a, b)])
+    return flat, e.binary("subtract", inclusive, ones)
+
+
+def _clamped(ctx: LoweringContext, idx: Value, size: int) -> Value:
+    e = ctx.emit
+    return e.clamp(e.scalar(0, INDEX), idx, e.scalar(max(size - 1, 0), INDEX))
+
+
+@lowering(aten.masked_scatter.default, supports=any_dtype)
+def _lower_masked_scatter(ctx: LoweringContext, x: Value, mask: Value, source: Value) -> Value:
+    e = ctx.emit
+    out = ctx.out_type()
+    flat_mask, slot = _mask_slots(ctx, mask, out.shape)
+    n = math.prod(source.shape)
+    src = e.reshape(e.convert(source, out.dtype), [n])
+    taken = e.gather(
+        src, e.reshape(_clamped(ctx, slot, n), [*slot.shape, 1]), offset_dims=[],
+        collapsed_slice_dims=[0], start_index_map=[0], index_vector_dim=1, slice_sizes=[1],
+        out_shape=slot.shape,
+    )  # fmt: skip
+    base = e.reshape(ctx.broadcast_to(e.convert(x, out.dtype), out.shape), slot.shape)
+    return e.reshape(e.select(flat_mask, taken, base), out.shape)
+
+
+@lowering(aten.masked_scatter_backward.default, supports=any_dtype)
+def _lower_masked_scatter_backward(
+    ctx: LoweringContext, grad: Value, mask: Value, sizes: Sequence[int]
+) -> Value:
+    """The source gradient: true positions' gradients packed in order, zeros after them."""
+    e = ctx.emit
+    flat_mask, slot = _mask_slots(ctx, mask, grad.shape)
+    n = math.prod(sizes)
+    g = e.reshape(grad, slot.shape)
+    # Masked-off positions add 0 at a clamped (valid) slot rather than relying on out-of-bounds
+    # scatter behaviour, which StableHLO leaves to the implementation.
+    updates = e.select(flat_mask, g, ctx.full_like(0, g))
+    packed = e.scatter(
+        e.full(0, [n], grad.dtype), e.reshape(_clamped(ctx, slot, n), [*slot.shape, 1]), updates,
+        update_window_dims=[], inserted_window_dims=[0], scatter_dims_to_operand_dims=[0],
+        index_vector_dim=1, combiner="add",
+    )  # fmt: skip
+    return e.reshape(packed, ctx.out_shape)
+
+
+def _masked_put(
+    ctx: LoweringContext,
+    x: Value,
+    indices: Sequence[Value | None],
+    values: Value,
+    accumulate: bool,
+) -> Value:
+    """``x[mask] = values`` for one boolean mask covering dims ``d .. d + mask.rank``. ``values``
+    is laid out as ``x[mask]`` would be (lead dims, one entry per true position, trailing dims):
+    a single entry broadcasts to every true position (a select); otherwise true positions take
+    their entries in row-major order, found with a running count of the mask."""
+    e = ctx.emit
+    d = next(i for i, t in enumerate(indices) if t is not None)
+    mask = indices[d]
+    k = mask.rank
+    lead, rest = list(x.shape[:d]), list(x.shape[d + k :])
+    pick = e.broadcast_in_dim(e.convert(mask, torch.bool), x.shape, list(range(d, d + k)))
+    (v,) = ctx.promote(values, dtype=x.dtype)
+    rank = len(lead) + 1 + len(rest)
+    aligned = [1] * max(rank - v.rank, 0) + list(v.shape)[max(v.rank - rank, 0) :]
+    v = e.reshape(v, aligned)
+    count = v.shape[d]
+    if count == 1:
+        v = e.reshape(ctx.broadcast_to(v, [*lead, 1, *rest]), [*lead, *[1] * k, *rest])
+        taken = ctx.broadcast_to(v, x.shape)
+    else:
+        v = ctx.broadcast_to(v, [*lead, count, *rest])
+        _, slot = _mask_slots(ctx, mask, mask.shape)
+        m = math.prod(mask.shape)
+        taken = e.gather(
+            v, e.reshape(_clamped(ctx, slot, count), [m, 1]),
+            offset_dims=[i for i in range(v.rank) if i != d], collapsed_slice_dims=[d],
+            start_index_map=[d], index_vector_dim=1,
+            slice_sizes=[1 if i == d else n for i, n in enumerate(v.shape)],
+            out_shape=[*lead, m, *rest],
+        )  # fmt: skip
+        taken = e.reshape(taken, x.shape)
+    if not accumulate:
+        return e.select(pick, taken, x)
+    added = e.select(pick, taken, ctx.full_like(0, x))
+    return e.binary("or" if x.dtype == torch.bool else "add", x, added)

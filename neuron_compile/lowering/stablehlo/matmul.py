@@ -49,3 +49,34 @@ def _lower_addmm(
         "add", product, ctx.broadcast_to(_scaled(ctx, bias, beta), product.shape)
     )
     return ctx.emit.convert(total, ctx.out_dtype)
+
+
+@lowering(aten.addmv.default, supports=float_matmul)
+def _lower_addmv(
+    ctx: LoweringContext, bias: Value, mat: Value, vec: Value, *, beta: float = 1, alpha: float = 1
+) -> Value:
+    """``beta * bias + alpha * (mat @ vec)``, accumulated in the compute dtype."""
+    acc = ctx.compute_dtype(mat.dtype)
+    product = _scaled(ctx, ctx.emit.dot_general(mat, vec, ((1,), (0,)), out_dtype=acc), alpha)
+    return _add_bias(ctx, product, bias, beta)
+
+
+@lowering(aten.addbmm.default, supports=float_matmul)
+def _lower_addbmm(
+    ctx: LoweringContext, bias: Value, b1: Value, b2: Value, *, beta: float = 1, alpha: float = 1
+) -> Value:
+    """``beta * bias + alpha * sum_b(b1[b] @ b2[b])``: one dot_general contracting the batch dim
+    together with the inner dim."""
+    acc = ctx.compute_dtype(b1.dtype)
+    product = _scaled(ctx, ctx.emit.dot_general(b1, b2, ((0, 2), (0, 1)), out_dtype=acc), alpha)
+    return _add_bias(ctx, product, bias, beta)
+
+
+def _add_bias(ctx: LoweringContext, product: Value, bias: Value, beta: float) -> Value:
+    if beta == 0:  # torch ignores bias (even NaN/inf) when beta == 0
+        return ctx.emit.convert(product, ctx.out_dtype)
+    (bias,) = ctx.promote(bias, dtype=product.dtype)
+    total = ctx.emit.binary(
+        "add", product, ctx.broadcast_to(_scaled(ctx, bias, beta), product.shape)
+    )
+    return ctx.emit.convert(total, ctx.out_dtype)

@@ -1,4 +1,5 @@
-"""2-D max / average / adaptive-average pooling and their backward ops.
+"""Max / average pooling (2-D and 3-D), 2-D adaptive average and max pooling, and their
+backward ops.
 
 * max pooling is one variadic ``reduce_window`` over (value, flat index) pairs whose body keeps
   eager PyTorch's choice: the larger value, ties to the smaller ``h * W + w`` index, and NaN wins
@@ -15,6 +16,7 @@ Sums accumulate in float32 for low-precision inputs and round once.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -31,18 +33,32 @@ aten = torch.ops.aten
 floats = dtypes_in(*FLOATS)
 
 
-def _pair(value: Sequence[int] | int | None, default: Sequence[int]) -> list[int]:
+def _pair(value: Sequence[int] | int | None, default: Sequence[int], n: int = 2) -> list[int]:
+    """torch's ``_pair`` / ``_triple``: one value for every one of the ``n`` spatial dims."""
     if value is None or (not isinstance(value, int) and len(value) == 0):
         return list(default)
     values = [value] if isinstance(value, int) else list(value)
-    return [int(v) for v in values] * 2 if len(values) == 1 else [int(v) for v in values]
+    return [int(v) for v in values] * n if len(values) == 1 else [int(v) for v in values]
+
+
+_POOL_3D = {
+    aten.max_pool3d_with_indices.default,
+    aten.max_pool3d_with_indices_backward.default,
+    aten.avg_pool3d.default,
+    aten.avg_pool3d_backward.default,
+}
+
+
+def _spatial(node: fx.Node) -> int:
+    """Number of pooled (trailing) dims: 3 for the ``*3d`` ops, else 2."""
+    return 3 if node.target in _POOL_3D else 2
 
 
 def _window(
     x: Value, kernel: Sequence[int], stride: Sequence[int], dilation: Sequence[int]
 ) -> tuple[list[int], list[int], list[int]]:
     """Window/stride/dilation over all of ``x``'s dims (leading batch/channel dims get 1)."""
-    lead = [1] * (x.rank - 2)
+    lead = [1] * (x.rank - len(kernel))
     return lead + list(kernel), lead + list(stride), lead + list(dilation)
 
 
@@ -59,9 +75,10 @@ def _padding(
     The high side covers ceil_mode's extra partial window; it is never negative (an overshoot of
     less than one stride is absorbed by reduce_window's floor).
     """
-    pads = [(0, 0)] * (x.rank - 2)
+    n = len(kernel)
+    pads = [(0, 0)] * (x.rank - n)
     for size, out, k, s, p, d in zip(
-        x.shape[-2:], out_hw, kernel, stride, padding, dilation, strict=True
+        x.shape[-n:], out_hw, kernel, stride, padding, dilation, strict=True
     ):
         hi = (out - 1) * s + d * (k - 1) + 1 - size - p
         pads.append((p, max(hi, 0)))
@@ -89,19 +106,21 @@ def _max_with_index(
     return [e.select(a_wins, av, bv), e.select(a_wins, ai, bi)]
 
 
-def _plane_index(ctx: LoweringContext, x: Value) -> Value:
-    """``h * W + w`` for every element of ``x`` (int32: the 64-bit policy's index type)."""
+def _plane_index(ctx: LoweringContext, x: Value, n: int = 2) -> Value:
+    """Row-major flat index over the last ``n`` dims (``h * W + w`` in 2-D) for every element of
+    ``x`` (int32: the 64-bit policy's index type)."""
     e = ctx.emit
-    h, w = x.rank - 2, x.rank - 1
-    rows = e.iota(x.shape, h, torch.int32)
-    cols = e.iota(x.shape, w, torch.int32)
-    return e.binary(
-        "add", e.binary("multiply", rows, e.full(x.shape[w], x.shape, torch.int32)), cols
-    )
+    flat = e.iota(x.shape, x.rank - n, torch.int32)
+    for d in range(x.rank - n + 1, x.rank):
+        scaled = e.binary("multiply", flat, e.full(x.shape[d], x.shape, torch.int32))
+        flat = e.binary("add", scaled, e.iota(x.shape, d, torch.int32))
+    return flat
 
 
-@lowering(aten.max_pool2d_with_indices.default, supports=floats)
-def _lower_max_pool2d_with_indices(
+@lowering(
+    aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default, supports=floats
+)
+def _lower_max_pool_with_indices(
     ctx: LoweringContext,
     x: Value,
     kernel_size: Sequence[int],
@@ -111,19 +130,20 @@ def _lower_max_pool2d_with_indices(
     ceil_mode: bool = False,
 ) -> tuple[Value, Value]:
     e = ctx.emit
-    kernel = _pair(kernel_size, ())
+    n = _spatial(ctx.node)
+    kernel = _pair(kernel_size, (), n)
     stride, padding, dilation = (
-        _pair(stride, kernel),
-        _pair(padding, [0, 0]),
-        _pair(dilation, [1, 1]),
+        _pair(stride, kernel, n),
+        _pair(padding, [0] * n, n),
+        _pair(dilation, [1] * n, n),
     )
-    out_hw = ctx.out_type(0).shape[-2:]
+    out_hw = ctx.out_type(0).shape[-n:]
     window, strides, dilations = _window(x, kernel, stride, dilation)
     pads = _padding(x, out_hw, kernel, stride, padding, dilation)
     # Padding takes the init values: -inf with an index past every real one, so it never wins.
     inits = [e.scalar(_minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
     values, indices = e.reduce_window(
-        [x, _plane_index(ctx, x)], inits, window, strides, pads,
+        [x, _plane_index(ctx, x, n)], inits, window, strides, pads,
         lambda av, ai, bv, bi: _max_with_index(ctx, av, ai, bv, bi), window_dilations=dilations,
     )  # fmt: skip
     return values, e.convert(indices, ctx.out_type(1).dtype)
@@ -135,8 +155,12 @@ def _float_values(node: fx.Node) -> str | None:
     return None if val.dtype in FLOATS else f"dtype {val.dtype} not supported"
 
 
-@lowering(aten.max_pool2d_with_indices_backward.default, supports=_float_values)
-def _lower_max_pool2d_with_indices_backward(
+@lowering(
+    aten.max_pool2d_with_indices_backward.default,
+    aten.max_pool3d_with_indices_backward.default,
+    supports=_float_values,
+)
+def _lower_max_pool_with_indices_backward(
     ctx: LoweringContext,
     grad_out: Value,
     x: Value,
@@ -148,11 +172,19 @@ def _lower_max_pool2d_with_indices_backward(
     indices: Value,
 ) -> Value:
     """Scatter-add grad_output at the forward's indices (offset to a global flat position)."""
+    return _scatter_at_indices(ctx, grad_out, x, indices, _spatial(ctx.node))
+
+
+def _scatter_at_indices(
+    ctx: LoweringContext, grad_out: Value, x: Value, indices: Value, n: int
+) -> Value:
+    """Gradient of a max pool over the last ``n`` dims: each grad_out element added at its
+    saved flat index within its (batch, channel) plane."""
     e = ctx.emit
     acc = ctx.compute_dtype(grad_out.dtype)
-    plane = x.shape[-2] * x.shape[-1]
-    planes = math.prod(x.shape[:-2])
-    per_plane = grad_out.shape[-2] * grad_out.shape[-1]
+    plane = math.prod(x.shape[-n:])
+    planes = math.prod(x.shape[:-n])
+    per_plane = math.prod(grad_out.shape[-n:])
     idx = e.reshape(e.convert(indices, torch.int32), [planes, per_plane])
     base = e.binary(
         "multiply",
@@ -179,7 +211,8 @@ def _divisors(
     count_include_pad: bool,
     divisor_override: int | None,
 ) -> np.ndarray:
-    """Eager's per-window divisor (aten/src/ATen/native/cpu/AvgPoolKernel.cpp), shape out_hw."""
+    """Eager's per-window divisor (aten/src/ATen/native/cpu/AvgPoolKernel.cpp), shape out_hw:
+    the outer product of the per-dim window sizes."""
     if divisor_override:
         return np.full(out_hw, float(divisor_override))
     per_dim = []
@@ -189,7 +222,7 @@ def _divisors(
         padded = end - start  # the window clipped to the padded input
         real = np.minimum(end, size) - np.maximum(start, 0)
         per_dim.append(padded if count_include_pad else real)
-    return np.outer(per_dim[0], per_dim[1]).astype(np.float64)
+    return functools.reduce(np.multiply.outer, per_dim).astype(np.float64)
 
 
 def _divisor_value(
@@ -200,11 +233,11 @@ def _divisor_value(
     if np.all(div == div.flat[0]):
         return e.full(float(div.flat[0]), shape, dtype)
     const = e.constant(div, TensorType(div.shape, dtype))
-    return e.broadcast_in_dim(const, shape, [len(shape) - 2, len(shape) - 1])
+    return e.broadcast_in_dim(const, shape, list(range(len(shape) - div.ndim, len(shape))))
 
 
-@lowering(aten.avg_pool2d.default, supports=floats)
-def _lower_avg_pool2d(
+@lowering(aten.avg_pool2d.default, aten.avg_pool3d.default, supports=floats)
+def _lower_avg_pool(
     ctx: LoweringContext,
     x: Value,
     kernel_size: Sequence[int],
@@ -215,18 +248,19 @@ def _lower_avg_pool2d(
     divisor_override: int | None = None,
 ) -> Value:
     e = ctx.emit
-    kernel = _pair(kernel_size, ())
-    stride, padding = _pair(stride, kernel), _pair(padding, [0, 0])
+    n = _spatial(ctx.node)
+    kernel = _pair(kernel_size, (), n)
+    stride, padding = _pair(stride, kernel, n), _pair(padding, [0] * n, n)
     out = ctx.out_type()
     acc = ctx.compute_dtype(x.dtype)
-    window, strides, _ = _window(x, kernel, stride, [1, 1])
-    pads = _padding(x, out.shape[-2:], kernel, stride, padding, [1, 1])
+    window, strides, _ = _window(x, kernel, stride, [1] * n)
+    pads = _padding(x, out.shape[-n:], kernel, stride, padding, [1] * n)
     (total,) = e.reduce_window(
         [e.convert(x, acc)], [e.scalar(0, acc)], window, strides, pads,
         lambda a, b: [e.binary("add", a, b)],
     )  # fmt: skip
     div = _divisors(
-        x.shape[-2:], out.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override
+        x.shape[-n:], out.shape[-n:], kernel, stride, padding, count_include_pad, divisor_override
     )
     mean = e.binary("divide", total, _divisor_value(ctx, div, total.shape, acc))
     return e.convert(mean, out.dtype)
@@ -240,14 +274,15 @@ def window_sum_transpose(
     stride: Sequence[int],
     padding: Sequence[int],
 ) -> Value:
-    """Adjoint of a 2-D window sum (window ``kernel``, ``stride``, low ``padding``): every input
-    element receives the sum of ``g`` over the windows that cover it (JAX's
-    ``_reduce_window_sum_transpose_rule``)."""
+    """Adjoint of a window sum over the trailing ``len(kernel)`` dims (window ``kernel``,
+    ``stride``, low ``padding``): every input element receives the sum of ``g`` over the windows
+    that cover it (JAX's ``_reduce_window_sum_transpose_rule``)."""
     e = ctx.emit
-    lead = g.rank - 2
+    n = len(kernel)
+    lead = g.rank - n
     low, high, interior = [0] * lead, [0] * lead, [0] * lead
     for size, out, k, s, p in zip(
-        in_shape[-2:], g.shape[-2:], kernel, stride, padding, strict=True
+        in_shape[-n:], g.shape[-n:], kernel, stride, padding, strict=True
     ):
         lo = k - 1 - p
         low.append(lo)
@@ -262,8 +297,8 @@ def window_sum_transpose(
     return total
 
 
-@lowering(aten.avg_pool2d_backward.default, supports=floats)
-def _lower_avg_pool2d_backward(
+@lowering(aten.avg_pool2d_backward.default, aten.avg_pool3d_backward.default, supports=floats)
+def _lower_avg_pool_backward(
     ctx: LoweringContext,
     grad_out: Value,
     x: Value,
@@ -275,12 +310,13 @@ def _lower_avg_pool2d_backward(
     divisor_override: int | None,
 ) -> Value:
     e = ctx.emit
-    kernel = _pair(kernel_size, ())
-    stride, padding = _pair(stride, kernel), _pair(padding, [0, 0])
+    n = _spatial(ctx.node)
+    kernel = _pair(kernel_size, (), n)
+    stride, padding = _pair(stride, kernel, n), _pair(padding, [0] * n, n)
     acc = ctx.compute_dtype(grad_out.dtype)
     g = e.convert(grad_out, acc)
     div = _divisors(
-        x.shape[-2:], g.shape[-2:], kernel, stride, padding, count_include_pad, divisor_override
+        x.shape[-n:], g.shape[-n:], kernel, stride, padding, count_include_pad, divisor_override
     )
     g = e.binary("divide", g, _divisor_value(ctx, div, g.shape, acc))
     grad = window_sum_transpose(ctx, g, x.shape, kernel, stride, padding)
@@ -355,3 +391,60 @@ def _lower_adaptive_avg_pool2d_backward(ctx: LoweringContext, grad_out: Value, x
         mh, mw = _adaptive_matrix(in_hw[0], out_hw[0]), _adaptive_matrix(in_hw[1], out_hw[1])
         grad = _separable(ctx, g, mh.T.copy(), mw.T.copy())
     return e.convert(grad, ctx.out_dtype)
+
+
+# ---- adaptive max pooling -------------------------------------------------------------------
+def _window_table(size: int, out: int) -> np.ndarray:
+    """(out, K) input positions of torch's adaptive windows [floor(i*size/out),
+    ceil((i+1)*size/out)); shorter windows repeat their last position (harmless for a max)."""
+    starts = [(i * size) // out for i in range(out)]
+    ends = [-(-((i + 1) * size) // out) for i in range(out)]
+    k = max(end - start for start, end in zip(starts, ends, strict=True))
+    return np.array(
+        [[min(s + j, e - 1) for j in range(k)] for s, e in zip(starts, ends, strict=True)]
+    )
+
+
+def _take_windows(ctx: LoweringContext, x: Value, dim: int, table: np.ndarray) -> Value:
+    """Gather ``x`` along ``dim`` with an (out, K) table: ``dim`` becomes the two dims (out, K)."""
+    e = ctx.emit
+    out, k = table.shape
+    idx = e.constant(
+        table.reshape(out, k, 1).astype(np.int32), TensorType((out, k, 1), torch.int32)
+    )
+    slice_sizes = [1 if d == dim else n for d, n in enumerate(x.shape)]
+    offset_dims = [d if d < dim else d + 1 for d in range(x.rank) if d != dim]
+    shape = [*x.shape[:dim], out, k, *x.shape[dim + 1 :]]
+    return e.gather(
+        x, idx, offset_dims=offset_dims, collapsed_slice_dims=[dim], start_index_map=[dim],
+        index_vector_dim=2, slice_sizes=slice_sizes, out_shape=shape,
+    )  # fmt: skip
+
+
+@lowering(aten.adaptive_max_pool2d.default, supports=floats)
+def _lower_adaptive_max_pool2d(
+    ctx: LoweringContext, x: Value, output_size: Sequence[int]
+) -> tuple[Value, Value]:
+    """Gather every (possibly overlapping, unequal) window into two new axes, padded to the
+    largest window by repeating a position, then one variadic reduce over (value, flat index)
+    with max pooling's tie and NaN rules."""
+    e = ctx.emit
+    (oh, ow), (h, w) = ctx.out_type(0).shape[-2:], x.shape[-2:]
+    th, tw = _window_table(h, oh), _window_table(w, ow)
+    r = x.rank
+    windows = []
+    for v in (x, _plane_index(ctx, x)):
+        v = _take_windows(ctx, v, r - 2, th)  # (..., OH, KH, W)
+        windows.append(_take_windows(ctx, v, r, tw))  # (..., OH, KH, OW, KW)
+    inits = [e.scalar(_minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
+    values, indices = e.reduce(
+        windows, inits, [r - 1, r + 1], lambda av, ai, bv, bi: _max_with_index(ctx, av, ai, bv, bi)
+    )
+    return values, e.convert(indices, ctx.out_type(1).dtype)
+
+
+@lowering(aten.adaptive_max_pool2d_backward.default, supports=_float_values)
+def _lower_adaptive_max_pool2d_backward(
+    ctx: LoweringContext, grad_out: Value, x: Value, indices: Value
+) -> Value:
+    return _scatter_at_indices(ctx, grad_out, x, indices, 2)

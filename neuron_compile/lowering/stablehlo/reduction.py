@@ -16,7 +16,10 @@ any_dtype = dtypes_in(*ALL_DTYPES)
 
 
 def reduce_dims(dims: Sequence[int] | int | None, rank: int) -> list[int]:
-    """Normalize a torch ``dim`` argument (None / [] = all dims) to sorted non-negative dims."""
+    """Normalize a torch ``dim`` argument (None / [] = all dims) to sorted non-negative dims.
+    A 0-d tensor accepts dim 0 / -1 and has nothing to reduce."""
+    if rank == 0:
+        return []
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         return list(range(rank))
     if isinstance(dims, int):

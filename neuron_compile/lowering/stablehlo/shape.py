@@ -6,17 +6,20 @@ graph, so aliasing is already resolved outside the compiled region.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
+import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import TensorType, Value
-from ..registry import ALL_DTYPES, dtypes_in, lowering
+from ..registry import ALL_DTYPES, FLOATS, dtypes_in, lowering
 
 aten = torch.ops.aten
 any_dtype = dtypes_in(*ALL_DTYPES)
+floats = dtypes_in(*FLOATS)
 
 
 def _dim(d: int, rank: int) -> int:
@@ -99,6 +102,45 @@ def _lower_slice(
     strides = [1] * x.rank
     starts[dim], limits[dim], strides[dim] = begin, stop, step
     return ctx.emit.slice(x, starts, limits, strides)
+
+
+@lowering(aten.narrow_copy.default, supports=any_dtype)
+def _lower_narrow_copy(ctx: LoweringContext, x: Value, dim: int, start: int, length: int) -> Value:
+    dim = _dim(dim, x.rank)
+    start = start + x.shape[dim] if start < 0 else start
+    return _lower_slice(ctx, x, dim, start, start + length)
+
+
+def _contiguous_input(node: fx.Node) -> str | None:
+    """as_strided addresses storage: only a contiguous, unoffset input's storage is its value."""
+    val = node.args[0].meta.get("val")
+    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != 0:
+        return "as_strided of a non-contiguous or offset view needs the underlying storage"
+    return any_dtype(node)
+
+
+@lowering(aten.as_strided.default, aten.as_strided_copy.default, supports=_contiguous_input)
+def _lower_as_strided(
+    ctx: LoweringContext,
+    x: Value,
+    size: Sequence[int],
+    stride: Sequence[int],
+    storage_offset: int | None = None,
+) -> Value:
+    """A gather from the flattened input with a constant table of storage positions."""
+    e = ctx.emit
+    n = math.prod(x.shape)
+    positions = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
+    for d, (sz, st) in enumerate(zip(size, stride, strict=True)):
+        shape = [1] * len(size)
+        shape[d] = sz
+        positions = positions + (np.arange(sz) * st).reshape(shape)
+    table = positions.astype(np.int32).reshape(*size, 1)
+    idx = e.constant(table, TensorType(tuple(table.shape), torch.int32))
+    return e.gather(
+        e.reshape(x, [n]), idx, offset_dims=[], collapsed_slice_dims=[0], start_index_map=[0],
+        index_vector_dim=len(size), slice_sizes=[1], out_shape=ctx.out_shape,
+    )  # fmt: skip
 
 
 @lowering(aten.select.int, supports=any_dtype)
@@ -378,3 +420,50 @@ def _lower_diagonal_scatter(
     flat = _place(ctx, flat, src, len(lead), start, stride, length)
     inverse = [perm.index(d) for d in range(x.rank)]
     return e.transpose(e.reshape(flat, moved.shape), inverse)
+
+
+@lowering(
+    aten.replication_pad1d_backward.default,
+    aten.replication_pad2d_backward.default,
+    aten.replication_pad3d_backward.default,
+    supports=floats,
+)
+def _lower_replication_pad_backward(
+    ctx: LoweringContext, grad_out: Value, x: Value, padding: Sequence[int]
+) -> Value:
+    """Per padded dim: output j came from input clamp(j - lo, 0, n - 1). So the interior of
+    grad_out lands on its input positions (zeros where negative padding cropped the input), and
+    the summed low (high) pad band is added onto the first (last) element."""
+    e = ctx.emit
+    g = e.convert(grad_out, ctx.compute_dtype(grad_out.dtype))
+    for i in range(len(padding) // 2):  # padding lists the last dim first
+        dim = g.rank - 1 - i
+        lo, hi, n = padding[2 * i], padding[2 * i + 1], x.shape[dim]
+        bands = []
+        if lo > 0:
+            bands.append((_sum_band(ctx, g, dim, 0, lo), 0))
+        if hi > 0:
+            bands.append((_sum_band(ctx, g, dim, lo + n, lo + n + hi), n - 1))
+        g = _band(ctx, g, dim, max(lo, 0), min(lo + n, g.shape[dim]))
+        if lo < 0 or hi < 0:  # cropped input positions get no gradient
+            low, high = [0] * g.rank, [0] * g.rank
+            low[dim], high[dim] = max(-lo, 0), max(-hi, 0)
+            g = e.pad(g, e.scalar(0, g.dtype), low, high, [0] * g.rank)
+        for total, at in bands:
+            low, high = [0] * g.rank, [0] * g.rank
+            low[dim], high[dim] = at, n - 1 - at
+            g = e.binary("add", g, e.pad(total, e.scalar(0, g.dtype), low, high, [0] * g.rank))
+    return e.convert(g, ctx.out_dtype)
+
+
+def _band(ctx: LoweringContext, x: Value, dim: int, start: int, stop: int) -> Value:
+    starts, limits = [0] * x.rank, list(x.shape)
+    starts[dim], limits[dim] = start, stop
+    return ctx.emit.slice(x, starts, limits, [1] * x.rank)
+
+
+def _sum_band(ctx: LoweringContext, x: Value, dim: int, start: int, stop: int) -> Value:
+    """Sum of ``x[start:stop]`` along ``dim``, kept as a size-1 dim."""
+    band = _band(ctx, x, dim, start, stop)
+    total = ctx.emit.reduce_simple(band, 0, [dim], "add")
+    return ctx.emit.reshape(total, [1 if d == dim else n for d, n in enumerate(x.shape)])

@@ -1,14 +1,19 @@
-"""Sorting: sort (stable or not), topk, kthvalue.
+"""Sorting and order statistics: sort (stable or not), topk, kthvalue, median, bucketize.
 
 One ``stablehlo.sort`` over (values, iota) pairs. The comparator orders like eager PyTorch: NaN
 sorts above every number (last ascending, first descending) and ties keep their input order
 (the sort is always stable, which is one of the orders torch's unstable sort may return).
-``topk`` and ``kthvalue`` are a sort plus a slice.
+``topk`` and ``kthvalue`` are a sort plus a slice, ``median`` a sort plus a per-row gather;
+``bucketize``/``searchsorted`` count the boundaries below each value (a compare and a sum, no
+binary search).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import Value
@@ -105,3 +110,124 @@ def _lower_kthvalue(
         e.reshape(_take(ctx, values, dim, k - 1, k), shape),
         e.reshape(_take(ctx, indices, dim, k - 1, k), shape),
     )
+
+
+# ---- medians: a sort plus a per-row position ------------------------------------------------
+def _median(ctx: LoweringContext, x: Value, dim: int, ignore_nan: bool) -> tuple[Value, Value]:
+    """(value, index) of the lower median along ``dim`` with ``dim`` removed. NaNs sort last, so
+    ``median`` picks the first NaN (position n - #NaN) when a row has one; ``nanmedian`` takes
+    the lower median of the non-NaN prefix."""
+    e = ctx.emit
+    n = x.shape[dim]
+    values, indices = sort_with_indices(ctx, x, dim, descending=False)
+    reduced_shape = [d for i, d in enumerate(x.shape) if i != dim]
+    if x.dtype.is_floating_point:
+        isnan = e.convert(e.compare(x, x, "NE"), INDEX)
+        nans = e.reduce_simple(isnan, 0, [dim], "add")
+    else:
+        nans = e.full(0, reduced_shape, INDEX)
+    valid = e.binary("subtract", e.full(n, reduced_shape, INDEX), nans)
+    if ignore_nan:  # all-NaN rows: position 0 (a NaN)
+        half = e.binary(
+            "divide", e.binary("subtract", valid, ctx.full_like(1, valid)), ctx.full_like(2, valid)
+        )
+        position = e.binary("maximum", half, ctx.full_like(0, half))
+    else:
+        has_nan = e.compare(nans, ctx.full_like(0, nans), "GT")
+        position = e.select(has_nan, valid, e.full((n - 1) // 2, reduced_shape, INDEX))
+    return _take_positions(ctx, values, dim, position), _take_positions(ctx, indices, dim, position)
+
+
+def _take_positions(ctx: LoweringContext, x: Value, dim: int, position: Value) -> Value:
+    """``x`` at one position per row along ``dim`` (``position`` has ``dim`` removed)."""
+    e = ctx.emit
+    rest = [d for d in range(x.rank) if d != dim]
+    cols = []
+    for d in range(x.rank):
+        coord = position if d == dim else e.iota(position.shape, rest.index(d), INDEX)
+        cols.append(e.reshape(coord, [*position.shape, 1]))
+    coords = e.concatenate(cols, position.rank)
+    all_dims = list(range(x.rank))
+    return e.gather(
+        x, coords, offset_dims=[], collapsed_slice_dims=all_dims, start_index_map=all_dims,
+        index_vector_dim=position.rank, slice_sizes=[1] * x.rank, out_shape=position.shape,
+    )  # fmt: skip
+
+
+@lowering(aten.median.dim, aten.nanmedian.dim, supports=any_dtype)
+def _lower_median_dim(
+    ctx: LoweringContext, x: Value, dim: int, keepdim: bool = False
+) -> tuple[Value, Value]:
+    e = ctx.emit
+    if x.rank == 0:
+        return x, e.full(0, (), INDEX)
+    dim = _dim(dim, x.rank)
+    values, indices = _median(ctx, x, dim, ctx.node.target is aten.nanmedian.dim)
+    shape = ctx.out_type(0).shape
+    return e.reshape(values, shape), e.reshape(indices, shape)
+
+
+@lowering(aten.median.default, aten.nanmedian.default, supports=any_dtype)
+def _lower_median(ctx: LoweringContext, x: Value) -> Value:
+    e = ctx.emit
+    flat = e.reshape(x, [math.prod(x.shape)])
+    values, _ = _median(ctx, flat, 0, ctx.node.target is aten.nanmedian.default)
+    return e.reshape(values, ())
+
+
+# ---- bucketize / searchsorted: count the boundaries below each value ------------------------
+def _count_below(ctx: LoweringContext, seq: Value, x: Value, right: bool) -> Value:
+    """Per element of ``x``: how many of ``seq``'s (last-dim) entries are < x (<= x when
+    ``right``), NaN ordered above every number as in eager's binary search. ``seq`` is 1-D or
+    has ``x``'s leading dims."""
+    e = ctx.emit
+    k = seq.shape[-1]
+    shape = [*x.shape, k]
+    xs = e.broadcast_in_dim(x, shape, list(range(x.rank)))
+    if seq.rank == 1:
+        bs = e.broadcast_in_dim(seq, shape, [x.rank])
+    else:
+        bs = e.broadcast_in_dim(seq, shape, [*range(seq.rank - 1), x.rank])
+    (xs, bs) = ctx.promote(xs, bs)
+
+    def before(a: Value, b: Value) -> Value:  # a < b with NaN largest
+        lt = e.compare(a, b, "LT")
+        if not a.dtype.is_floating_point:
+            return lt
+        return e.binary("or", lt, e.binary("and", e.compare(b, b, "NE"), e.compare(a, a, "EQ")))
+
+    hit = e.unary("not", before(xs, bs)) if right else before(bs, xs)
+    return e.reduce_simple(e.convert(hit, INDEX), 0, [x.rank], "add")
+
+
+def _no_sorter(node: fx.Node) -> str | None:
+    if node.kwargs.get("sorter") is not None:
+        return "searchsorted with a sorter permutation is not supported"
+    return any_dtype(node)
+
+
+@lowering(aten.bucketize.Tensor, supports=any_dtype)
+def _lower_bucketize(
+    ctx: LoweringContext,
+    x: Value,
+    boundaries: Value,
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+) -> Value:
+    return ctx.emit.convert(_count_below(ctx, boundaries, x, right), ctx.out_dtype)
+
+
+@lowering(aten.searchsorted.Tensor, supports=_no_sorter)
+def _lower_searchsorted(
+    ctx: LoweringContext,
+    seq: Value,
+    x: Value,
+    *,
+    out_int32: bool = False,
+    right: bool = False,
+    side: str | None = None,
+    sorter: Value | None = None,
+) -> Value:
+    right = right or side == "right"
+    return ctx.emit.convert(_count_below(ctx, seq, x, right), ctx.out_dtype)

@@ -171,6 +171,55 @@ def test_avg_pool_backward_is_a_padded_window_sum():
     ).check('"stablehlo.reduce_window"').check("-> tensor<1x2x8x8xf32>").run(text)
 
 
+def test_max_pool3d_windows_the_last_three_dims_with_volume_flat_indices():
+    text = lower_to_text(
+        lambda x: F.max_pool3d(x, (2, 3, 2), (2, 2, 1), return_indices=True),
+        torch.randn(1, 2, 6, 7, 5),
+    )
+    # flat index d * (H * W) + h * W + w: two multiply-adds over three iotas
+    FileCheck().check("stablehlo.iota dim = 2").check("stablehlo.iota dim = 3").check(
+        "stablehlo.iota dim = 4"
+    ).check('"stablehlo.reduce_window"').check(
+        "window_dimensions = array<i64: 1, 1, 2, 3, 2>"
+    ).check("window_strides = array<i64: 1, 1, 2, 2, 1>").run(text)
+    FileCheck().check("-> (tensor<1x2x3x3x4xf32>, tensor<1x2x3x3x4xi32>)").run(text)
+    _no_custom_call(text)
+
+
+def test_avg_pool3d_divisor_is_the_outer_product_of_window_counts():
+    text = lower_to_text(
+        lambda x: F.avg_pool3d(x, 2, 2, 1, count_include_pad=False), torch.randn(1, 1, 2, 2, 2)
+    )
+    # Each window holds exactly one real element of the 2x2x2 input: a splat divisor of 1.
+    FileCheck().check('"stablehlo.reduce_window"').check(
+        "stablehlo.constant dense<1.000000e+00> : tensor<1x1x2x2x2xf32>"
+    ).check("stablehlo.divide").run(text)
+
+
+def test_avg_pool3d_backward_pads_three_dims():
+    def fn(g, x):
+        return aten.avg_pool3d_backward(g, x, [2, 2, 2], [2, 2, 2], [0, 0, 0], False, True, None)
+
+    text = lower_to_text(fn, torch.randn(1, 2, 2, 2, 2), torch.randn(1, 2, 4, 4, 4))
+    FileCheck().check("stablehlo.pad").check_same("interior = [0, 0, 1, 1, 1]").check(
+        '"stablehlo.reduce_window"'
+    ).check("-> tensor<1x2x4x4x4xf32>").run(text)
+
+
+def test_adaptive_max_pool_gathers_windows_then_reduces_value_index_pairs():
+    text = lower_to_text(
+        lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True), torch.randn(1, 2, 7, 9)
+    )
+    # H windows of 7 -> 3 are [0, 3), [2, 5), [4, 7): a constant (3, 3) table
+    FileCheck().check("dense<[[[0], [1], [2]], [[2], [3], [4]], [[4], [5], [6]]]>").check(
+        '"stablehlo.gather"'
+    ).check("stablehlo.reduce").check_same("dimensions = [3, 5]").check("stablehlo.compare GT").run(
+        text
+    )
+    FileCheck().check("-> (tensor<1x2x3x4xf32>, tensor<1x2x3x4xi32>)").run(text)
+    _no_custom_call(text)
+
+
 def test_adaptive_avg_pool_divisible_is_reduce_window_else_matmuls():
     divisible = lower_to_text(lambda x: F.adaptive_avg_pool2d(x, (2, 4)), torch.randn(1, 2, 8, 8))
     FileCheck().check('"stablehlo.reduce_window"').check(

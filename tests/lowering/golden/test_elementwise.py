@@ -73,3 +73,111 @@ def test_float64_input_runs_as_float32():
 def test_nonfinite_constants_spelled_as_bit_patterns():
     text = lower_to_text(lambda a: a.masked_fill(a > 0, float("-inf")), X)
     FileCheck().check("0xFF800000").run(text)
+
+
+def test_sign_is_two_compares_not_stablehlo_sign():
+    # stablehlo.sign(NaN) is NaN and sign(-0.0) is -0.0; eager gives 0 for both.
+    text = lower_to_text(torch.sign, X)
+    FileCheck().check("compare GT").check("compare LT").check("stablehlo.subtract").check_not(
+        "stablehlo.sign"
+    ).run(text)
+
+
+def test_trunc_selects_ceil_for_negatives():
+    text = lower_to_text(torch.trunc, X)
+    FileCheck().check("stablehlo.compare").check_same("LT").check("stablehlo.ceil").check(
+        "stablehlo.floor"
+    ).check("stablehlo.select").run(text)
+
+
+def test_fmod_is_remainder_and_python_remainder_fixes_the_sign():
+    fmod = lower_to_text(lambda a, b: torch.fmod(a, b), X, X)
+    FileCheck().check("stablehlo.remainder").check_not("stablehlo.select").run(fmod)
+    rem = lower_to_text(lambda a, b: torch.remainder(a, b), X, X)
+    FileCheck().check("stablehlo.remainder").check("stablehlo.xor").check("stablehlo.add").check(
+        "stablehlo.select"
+    ).run(rem)
+
+
+def test_right_shift_is_arithmetic_for_signed_and_logical_for_uint8():
+    signed = lower_to_text(lambda a: a >> 1, torch.ones(4, dtype=torch.int32))
+    FileCheck().check("stablehlo.shift_right_arithmetic").run(signed)
+    unsigned = lower_to_text(lambda a: a >> 1, torch.ones(4, dtype=torch.uint8))
+    FileCheck().check("stablehlo.shift_right_logical").check_same("ui8").run(unsigned)
+    left = lower_to_text(lambda a: a << 2, torch.ones(4, dtype=torch.int8))
+    FileCheck().check("stablehlo.shift_left").check_same("tensor<4xi8>").run(left)
+
+
+def test_float_to_narrow_int_truncates_through_i32():
+    text = lower_to_text(lambda a: a.to(torch.uint8), X)
+    FileCheck().check("tensor<4x8xf32>) -> tensor<4x8xi32>").check(
+        "tensor<4x8xi32>) -> tensor<4x8xui8>"
+    ).run(text)
+    direct = lower_to_text(lambda a: a.to(torch.int32), X)
+    FileCheck().check("stablehlo.convert").check_not("stablehlo.convert").run(direct)
+
+
+def test_signbit_reads_the_sign_bit_of_the_same_width_int():
+    text = lower_to_text(torch.signbit, X.bfloat16())
+    FileCheck().check("stablehlo.bitcast_convert").check_same("tensor<4x8xi16>").check(
+        "stablehlo.compare"
+    ).check_same("LT").run(text)
+
+
+def test_fmax_ignores_nan_operands():
+    text = lower_to_text(torch.fmax, X, X)
+    FileCheck().check("stablehlo.maximum").check("compare NE").check("stablehlo.select").check(
+        "stablehlo.select"
+    ).run(text)
+
+
+def test_elu_uses_expm1_and_leaky_relu_selects():
+    elu = lower_to_text(F.elu, X)
+    FileCheck().check("stablehlo.exponential_minus_one").check("stablehlo.select").run(elu)
+    leaky = lower_to_text(lambda a: F.leaky_relu(a, 0.2), X)
+    FileCheck().check("2.000000e-01").check("stablehlo.select").check_not(
+        "stablehlo.exponential"
+    ).run(leaky)
+
+
+def test_hardtanh_clamps_with_max_then_min():
+    text = lower_to_text(lambda a: F.hardtanh(a, -2.0, 3.0), X)
+    FileCheck().check("stablehlo.maximum").check("stablehlo.minimum").check_not(
+        "stablehlo.select"
+    ).run(text)
+
+
+def test_isinf_compares_abs_with_infinity():
+    text = lower_to_text(torch.isinf, X)
+    FileCheck().check("stablehlo.abs").check("0x7F800000").check("stablehlo.compare EQ").run(text)
+
+
+def test_erfc_switches_to_the_exp_tail_beyond_one():
+    text = lower_to_text(torch.erfc, X)
+    FileCheck().check("stablehlo.exponential").check("2.000000e+00").check(
+        "stablehlo.select"
+    ).check("stablehlo.clamp").check("stablehlo.compare GT").check("stablehlo.select").run(text)
+    FileCheck().check_not("custom_call").check_not("chlo").run(text)
+
+
+def test_round_decimals_scales_rounds_half_even_and_unscales():
+    text = lower_to_text(lambda a: torch.round(a, decimals=2), X)
+    FileCheck().check("1.000000e+02").check("stablehlo.multiply").check(
+        "stablehlo.round_nearest_even"
+    ).check("stablehlo.divide").run(text)
+
+
+def test_bf16_rounding_division_rounds_the_quotient_before_truncating():
+    b = X.bfloat16()
+    text = lower_to_text(lambda x, y: torch.div(x, y, rounding_mode="trunc"), b, b)
+    FileCheck().check("stablehlo.divide").check_same("f32").check(
+        "stablehlo.reduce_precision"
+    ).check_same("format = e8m7").check("stablehlo.ceil").run(text)
+
+
+def test_int_floor_division_stays_integer():
+    i = torch.ones(4, dtype=torch.int32)
+    text = lower_to_text(lambda x, y: torch.div(x, y, rounding_mode="floor"), i, i)
+    FileCheck().check("stablehlo.divide").check_same("tensor<4xi32>").check(
+        "stablehlo.remainder"
+    ).check("stablehlo.select").check_not("f32").run(text)

@@ -1,0 +1,317 @@
+"""Shape bucketing: pad variable dimensions to a few fixed sizes so each size compiles once.
+
+Trainium compiles one static graph per input shape. Padding the sequence (and optionally batch)
+dimension up to the nearest of a few *buckets* bounds the number of compilations. The helpers
+keep results exact:
+
+- tokens and attention masks are padded at the **end** of the sequence, so with causal attention
+  real positions never see padding;
+- labels are padded with ``-100``, the default ``ignore_index`` of ``F.cross_entropy``, so the
+  mean loss is taken over real tokens only;
+- ``BucketedModule`` slices outputs back, so callers see unpadded results.
+
+Pick the buckets from data with ``neuron_compile.bucket_planner.plan_buckets`` (or the CLI
+``neuron-compile buckets plan lengths.txt``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
+
+
+def _check_buckets(buckets: Sequence[int]) -> list[int]:
+    out = [int(b) for b in buckets]
+    if not out or any(b <= 0 for b in out) or out != sorted(set(out)):
+        raise ValueError(f"buckets must be strictly increasing positive ints, got {buckets!r}")
+    return out
+
+
+def bucket_size(length: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket ``>= length``; ``ValueError`` if ``length`` exceeds the largest."""
+    b = _check_buckets(buckets)
+    i = bisect.bisect_left(b, length)
+    if i == len(b):
+        raise ValueError(
+            f"length {length} is longer than the largest bucket {b[-1]}: add a bucket or "
+            "truncate the input"
+        )
+    return b[i]
+
+
+def _pad_dim(t: torch.Tensor, dim: int, size: int, value: float | bool) -> torch.Tensor:
+    dim = dim % t.dim()
+    extra = size - t.shape[dim]
+    if extra < 0:
+        raise ValueError(f"cannot pad dim {dim} of size {t.shape[dim]} down to {size}")
+    if extra == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = extra
+    return torch.cat([t, t.new_full(shape, value)], dim=dim)
+
+
+def pad_to_bucket(
+    t: torch.Tensor, dim: int, buckets: Sequence[int], value: float | bool = 0
+) -> tuple[torch.Tensor, int]:
+    """Pad ``t`` at the end of ``dim`` to the smallest bucket that fits; return it and the
+    original length. ``ValueError`` if ``t`` is longer than the largest bucket."""
+    length = t.shape[dim]
+    return _pad_dim(t, dim, bucket_size(length, buckets), value), length
+
+
+def pad_to_multiple(t: torch.Tensor, dim: int, m: int, value: float | bool = 0) -> torch.Tensor:
+    """Pad ``t`` at the end of ``dim`` to the next multiple of ``m``."""
+    if m <= 0:
+        raise ValueError(f"m must be positive, got {m}")
+    length = t.shape[dim]
+    return _pad_dim(t, dim, -(-length // m) * m, value)
+
+
+def pad_attention_mask(mask: torch.Tensor, dim: int, buckets: Sequence[int]) -> torch.Tensor:
+    """Pad a 1-for-real-token mask (bool or integer) with 0/False at the end of ``dim``."""
+    return pad_to_bucket(mask, dim, buckets, value=False if mask.dtype == torch.bool else 0)[0]
+
+
+def pad_labels(
+    labels: torch.Tensor, dim: int, buckets: Sequence[int], value: int = IGNORE_INDEX
+) -> torch.Tensor:
+    """Pad labels with ``-100`` so ``F.cross_entropy`` (``ignore_index=-100``) skips padding."""
+    return pad_to_bucket(labels, dim, buckets, value=value)[0]
+
+
+# ---- DataLoader collation --------------------------------------------------------------------
+def _collate_field(
+    values: list[Any], seq_len: int, batch: int, value: float | bool
+) -> torch.Tensor:
+    tensors = [torch.as_tensor(v) for v in values]
+    if tensors[0].dim() >= 1:
+        tensors = [_pad_dim(t, 0, seq_len, value) for t in tensors]
+    out = torch.stack(tensors)
+    return _pad_dim(out, 0, batch, value)
+
+
+def bucketed_collate(
+    buckets: Sequence[int],
+    pad_value: float = 0,
+    label_pad: int = IGNORE_INDEX,
+    batch_buckets: Sequence[int] | None = None,
+    *,
+    label_key: str = "labels",
+    mask_key: str | None = "attention_mask",
+) -> Callable[[list[Any]], Any]:
+    """A ``collate_fn`` for ``torch.utils.data.DataLoader`` padding each batch to its bucket.
+
+    Every field with a sequence dimension (dim 0 of the sample, dim 1 of the batch) is padded to
+    the smallest bucket holding the batch's longest sample. Samples may be:
+
+    - a tensor: returns the padded ``(batch, bucket)`` tensor (padded with ``pad_value``);
+    - a tuple/list: element 0 is the input (``pad_value``), the others are labels (``label_pad``),
+      e.g. ``(tokens, next_tokens)`` or ``(tokens, class_id)``; returns a tuple;
+    - a dict: ``label_key`` is padded with ``label_pad``, the others with ``pad_value``; when
+      ``mask_key`` is set and absent, an int64 mask (1 = real token) is added.
+
+    ``batch_buckets`` also pads the batch dimension (extra rows are all padding, labels -100), so
+    a short last batch does not compile a new graph.
+    """
+    seq_buckets = _check_buckets(buckets)
+    b_buckets = _check_buckets(batch_buckets) if batch_buckets is not None else None
+
+    def collate(samples: list[Any]) -> Any:
+        first = samples[0]
+        if isinstance(first, Mapping):
+            fields = {k: [s[k] for s in samples] for k in first}
+        elif isinstance(first, (tuple, list)):
+            fields = {i: [s[i] for s in samples] for i in range(len(first))}
+        else:
+            fields = {0: list(samples)}
+        lengths = [
+            int(torch.as_tensor(v).shape[0])
+            for vs in fields.values()
+            for v in vs
+            if torch.as_tensor(v).dim() >= 1
+        ]
+        seq = bucket_size(max(lengths), seq_buckets) if lengths else 0
+        batch = bucket_size(len(samples), b_buckets) if b_buckets else len(samples)
+        if isinstance(first, Mapping) and mask_key is not None and mask_key not in first:
+            key0 = next(k for k in first if torch.as_tensor(first[k]).dim() >= 1)
+            fields[mask_key] = [
+                torch.ones(torch.as_tensor(s[key0]).shape[0], dtype=torch.long) for s in samples
+            ]
+
+        def value_for(key: Any) -> float:
+            if isinstance(first, Mapping):
+                return label_pad if key == label_key else pad_value
+            return pad_value if key == 0 else label_pad
+
+        out = {k: _collate_field(vs, seq, batch, value_for(k)) for k, vs in fields.items()}
+        if isinstance(first, Mapping):
+            return out
+        if isinstance(first, (tuple, list)):
+            return tuple(out[i] for i in range(len(first)))
+        return out[0]
+
+    return collate
+
+
+def bucket_batches(
+    lengths: Sequence[int],
+    buckets: Sequence[int],
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = False,
+) -> list[list[int]]:
+    """Batches of sample indices in which every sample falls in the same bucket.
+
+    With random batching a batch is padded to the bucket of its *longest* sample, so most
+    batches land in the largest buckets. Grouping samples by bucket first (then shuffling
+    within and across buckets) makes the padding what the planner predicted per sample.
+    Use as ``DataLoader(dataset, batch_sampler=bucket_batches(...), collate_fn=...)``.
+    """
+    b = _check_buckets(buckets)
+    g = torch.Generator().manual_seed(seed)
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        groups.setdefault(bucket_size(n, b), []).append(i)
+    batches = []
+    for size in sorted(groups):
+        ids = groups[size]
+        if shuffle:
+            ids = [ids[j] for j in torch.randperm(len(ids), generator=g).tolist()]
+        for start in range(0, len(ids), batch_size):
+            chunk = ids[start : start + batch_size]
+            if len(chunk) == batch_size or not drop_last:
+                batches.append(chunk)
+    if shuffle:
+        batches = [batches[j] for j in torch.randperm(len(batches), generator=g).tolist()]
+    return batches
+
+
+# ---- module wrapper --------------------------------------------------------------------------
+@dataclass
+class BucketStats:
+    """Calls per bucket and the real vs padded elements of the bucketed inputs."""
+
+    calls: int = 0
+    real: int = 0
+    padded: int = 0
+
+    @property
+    def padding_fraction(self) -> float:
+        """Fraction of the padded inputs that is padding."""
+        return 1 - self.real / self.padded if self.padded else 0.0
+
+
+class BucketedModule(torch.nn.Module):
+    """Pads inputs to buckets along ``dim`` and slices outputs back to the real length.
+
+    Wrap the *compiled* module, so the padding runs outside the graph and each bucket is one
+    static compile::
+
+        model = BucketedModule(torch.compile(gpt, backend="neuron"), [64, 128, 256],
+                               pad_values={"targets": -100})
+
+    Every tensor argument whose size along ``dim`` equals the first such argument's is padded (with
+    ``pad_values[name]``, default 0; keys are ``forward`` parameter names or positional indices).
+    ``mask_arg`` names an attention-mask parameter: a passed mask is padded with 0, a missing one
+    is created (1 = real token). Output tensors whose ``dim`` has the bucket's size are sliced
+    back (so an output that happens to have that size along ``dim`` for another reason is sliced
+    too). ``batch_buckets`` also pads dim 0; padded rows are sliced off the outputs, and with
+    labels padded to -100 a mean cross-entropy loss is unchanged. ``stats`` counts calls and
+    padding per bucket.
+    """
+
+    def __init__(
+        self,
+        module: torch.nn.Module | Callable[..., Any],
+        buckets: Sequence[int],
+        dim: int = 1,
+        *,
+        pad_values: Mapping[str | int, float] | None = None,
+        mask_arg: str | None = None,
+        batch_buckets: Sequence[int] | None = None,
+    ) -> None:
+        super().__init__()
+        self.module = module
+        self.buckets = _check_buckets(buckets)
+        self.batch_buckets = _check_buckets(batch_buckets) if batch_buckets is not None else None
+        self.dim = dim
+        self.pad_values = dict(pad_values or {})
+        self.mask_arg = mask_arg
+        self.stats: dict[int, BucketStats] = {}
+        target = getattr(module, "_orig_mod", module)
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(
+                target.forward if isinstance(target, torch.nn.Module) else target
+            )
+        except (TypeError, ValueError):
+            self._signature = None
+
+    def _named(self, args: tuple, kwargs: dict) -> list[tuple[str | int, str | int, Any]]:
+        """``(pad_values key, slot, value)``: slot is the positional index or keyword."""
+        names: list[str | int] = list(range(len(args)))
+        if self._signature is not None:
+            try:
+                bound = self._signature.bind_partial(*args)
+                names = list(bound.arguments)[: len(args)]
+            except TypeError:
+                pass
+        named: list[tuple[str | int, str | int, Any]] = [
+            (names[i] if i < len(names) else i, i, a) for i, a in enumerate(args)
+        ]
+        named.extend((k, k, v) for k, v in kwargs.items())
+        return named
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        named = self._named(args, kwargs)
+        seq_inputs = [v for _, _, v in named if isinstance(v, torch.Tensor) and v.dim() > self.dim]
+        if not seq_inputs:
+            raise ValueError(f"BucketedModule: no tensor argument has a dim {self.dim}")
+        length, rows = seq_inputs[0].shape[self.dim], seq_inputs[0].shape[0]
+        bucket = bucket_size(length, self.buckets)
+        batch = bucket_size(rows, self.batch_buckets) if self.batch_buckets else rows
+        if self.mask_arg is not None and self.mask_arg not in [k for k, _, _ in named]:
+            mask = torch.ones(rows, length, dtype=torch.long, device=seq_inputs[0].device)
+            named.append((self.mask_arg, self.mask_arg, mask))
+        new_args, new_kwargs = list(args), {}
+        for key, slot, v in named:
+            if isinstance(v, torch.Tensor):
+                value = 0 if key == self.mask_arg else self.pad_values.get(key, 0)
+                if v.dim() > self.dim and v.shape[self.dim] == length:
+                    v = _pad_dim(v, self.dim, bucket, value)
+                if batch != rows and v.dim() >= 1 and v.shape[0] == rows:
+                    v = _pad_dim(v, 0, batch, value)
+            if isinstance(slot, int):
+                new_args[slot] = v
+            else:
+                new_kwargs[slot] = v
+        stats = self.stats.setdefault(bucket, BucketStats())
+        stats.calls += 1
+        stats.real += rows * length
+        stats.padded += batch * bucket
+        out = self.module(*new_args, **new_kwargs)
+        return self._unpad(out, length, bucket, rows, batch)
+
+    def _unpad(self, out: Any, length: int, bucket: int, rows: int, batch: int) -> Any:
+        if isinstance(out, torch.Tensor):
+            if bucket != length and out.dim() > self.dim and out.shape[self.dim] == bucket:
+                out = out.narrow(self.dim, 0, length)
+            if batch != rows and out.dim() >= 1 and out.shape[0] == batch:
+                out = out.narrow(0, 0, rows)
+            return out
+        if isinstance(out, tuple) and hasattr(out, "_fields"):
+            return type(out)(*(self._unpad(o, length, bucket, rows, batch) for o in out))
+        if isinstance(out, (tuple, list)):
+            return type(out)(self._unpad(o, length, bucket, rows, batch) for o in out)
+        if isinstance(out, dict):
+            return {k: self._unpad(v, length, bucket, rows, batch) for k, v in out.items()}
+        return out

@@ -1,0 +1,110 @@
+"""Golden StableHLO for scans (cumsum, cummax, ...) and sorting (sort, topk, kthvalue)."""
+
+from __future__ import annotations
+
+import torch
+from torch.testing import FileCheck
+
+from tests.helpers import lower_to_text
+
+X = torch.randn(4, 8)
+
+
+def test_cumsum_is_one_reduce_window_over_the_whole_dim():
+    text = lower_to_text(lambda x: x.cumsum(1), X)
+    FileCheck().check("stablehlo.reduce_window").check_same(
+        "padding = dense<[[0, 0], [7, 0]]>"
+    ).check_same("window_dimensions = array<i64: 1, 8>").check_same(
+        "window_strides = array<i64: 1, 1>"
+    ).check("stablehlo.add").check_not("stablehlo.while").run(text)
+
+
+def test_cumprod_multiplies_from_one():
+    text = lower_to_text(lambda x: x.cumprod(0), X)
+    FileCheck().check("dense<1.000000e+00>").check("stablehlo.reduce_window").check_same(
+        "[[3, 0], [0, 0]]"
+    ).check("stablehlo.multiply").run(text)
+
+
+def test_bf16_cumsum_accumulates_in_f32_and_rounds_once():
+    text = lower_to_text(lambda x: x.cumsum(1), X.bfloat16())
+    FileCheck().check("tensor<4x8xbf16>) -> tensor<4x8xf32>").check(
+        "stablehlo.reduce_window"
+    ).check("tensor<4x8xf32>) -> tensor<4x8xbf16>").run(text)
+
+
+def test_cummax_scans_value_index_pairs_ties_to_later_index():
+    text = lower_to_text(lambda x: x.cummax(1), X)
+    # The first comparison in the body is the tie-break on indices: GT = the later index wins.
+    FileCheck().check("stablehlo.iota dim = 1").check("stablehlo.reduce_window").check(
+        "stablehlo.compare GT"
+    ).check_same("SIGNED").check("stablehlo.return").check_same("tensor<f32>, tensor<i32>").run(
+        text
+    )
+
+
+def test_logcumsumexp_combines_with_log1p_of_exp():
+    text = lower_to_text(lambda x: x.logcumsumexp(1), X)
+    FileCheck().check("stablehlo.reduce_window").check("stablehlo.maximum").check(
+        "stablehlo.exponential"
+    ).check("stablehlo.log_plus_one").run(text)
+
+
+def test_sort_is_stable_variadic_sort_with_iota_indices():
+    text = lower_to_text(lambda x: x.sort(1), X)
+    FileCheck().check("stablehlo.iota dim = 1").check_same("tensor<4x8xi32>").check(
+        '"stablehlo.sort"'
+    ).check_same("dimension = 1").check_same("is_stable = true").check(
+        "stablehlo.compare LT, %arg1, %arg2"
+    ).check("stablehlo.return").check_same("tensor<i1>").run(text)
+
+
+def test_descending_sort_swaps_comparator_operands():
+    text = lower_to_text(lambda x: x.sort(0, descending=True), X)
+    FileCheck().check('"stablehlo.sort"').check_same("dimension = 0").check(
+        "stablehlo.compare LT, %arg2, %arg1"
+    ).run(text)
+
+
+def test_float_sort_orders_nan_last():
+    text = lower_to_text(lambda x: x.sort(1), X)
+    FileCheck().check('"stablehlo.sort"').check("compare NE").check("compare EQ").check(
+        "stablehlo.or"
+    ).run(text)
+
+
+def test_int_sort_has_no_nan_handling():
+    text = lower_to_text(lambda x: x.sort(1), X.to(torch.int32))
+    FileCheck().check('"stablehlo.sort"').check("SIGNED").check_not("compare NE").run(text)
+
+
+def test_topk_is_sort_then_slice():
+    text = lower_to_text(lambda x: x.topk(3, 1), X)
+    FileCheck().check('"stablehlo.sort"').check("stablehlo.slice").check_same("[0:4, 0:3]").check(
+        "stablehlo.slice"
+    ).check_same("tensor<4x3xi32>").run(text)
+
+
+def test_kthvalue_slices_one_position():
+    text = lower_to_text(lambda x: x.kthvalue(2, 1), X)
+    FileCheck().check('"stablehlo.sort"').check("stablehlo.slice").check_same("[0:4, 1:2]").check(
+        "return"
+    ).check_same("tensor<4xf32>, tensor<4xi32>").run(text)
+
+
+def test_median_sorts_then_gathers_one_position_per_row():
+    text = lower_to_text(lambda x: x.median(1), X)
+    # NaNs are counted per row to pick the first NaN's position instead of (n - 1) // 2 = 3
+    FileCheck().check('"stablehlo.sort"').check("stablehlo.reduce").check("dense<3>").check(
+        "stablehlo.select"
+    ).check('"stablehlo.gather"').check('"stablehlo.gather"').run(text)
+    FileCheck().check("-> (tensor<4xf32>, tensor<4xi32>)").run(text)
+
+
+def test_bucketize_counts_boundaries_below_without_a_search_loop():
+    text = lower_to_text(lambda x, b: torch.bucketize(x, b), X, torch.tensor([0.0, 1.0]))
+    FileCheck().check("stablehlo.broadcast_in_dim").check_same("tensor<4x8x2xf32>").check(
+        "stablehlo.compare LT"
+    ).check("stablehlo.reduce").check_same("dimensions = [2]").check_not("stablehlo.while").run(
+        text
+    )

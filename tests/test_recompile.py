@@ -1,0 +1,180 @@
+"""Recompile accounting: counted under dynamic=False and None, budget (NC202), strict mode."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import neuron_compile
+from neuron_compile.config import load_config
+from neuron_compile.errors import NeuronCompileError, OptionsError
+from neuron_compile.shapes import RecompileWarning, bucket_for
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """Dynamo wraps backend errors in BackendCompilerFailed (``inner_exception``)."""
+    while not isinstance(exc, NeuronCompileError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc if isinstance(exc, NeuronCompileError) else getattr(exc, "inner_exception", exc)
+
+
+def _recompile_warnings(fn, *sizes: int) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in sizes:
+            x = torch.randn(3, n)
+            torch.testing.assert_close(fn(x), x * 2 + 1)
+    return [str(w.message) for w in caught if issubclass(w.category, RecompileWarning)]
+
+
+def _twice_plus_one(x):
+    return x * 2 + 1
+
+
+def _call_error(fn, n: int) -> NeuronCompileError:
+    with pytest.raises(Exception) as info:
+        fn(torch.randn(3, n))
+    err = _root_cause(info.value)
+    assert isinstance(err, NeuronCompileError), repr(info.value)
+    return err
+
+
+def test_dynamic_false_recompiles_are_counted_and_name_the_changed_dim():
+    f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
+    msgs = _recompile_warnings(f, 4, 4, 6, 4)
+    assert len(msgs) == 1, msgs
+    assert "l_x_ dim 1=6 (was 4)" in msgs[0] and "dim 0" not in msgs[0]
+    assert "recompile 1 of" in msgs[0] and "bucket" in msgs[0]
+    assert [r.recompile for r in neuron_compile.metrics()] == [False, True]
+    assert len(neuron_compile.recompiles()) == 1 and "dim 1=6" in neuron_compile.recompiles()[0]
+
+
+def test_diagnosis_compares_with_the_closest_previous_shape():
+    f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
+    msgs = _recompile_warnings(f, 4, 9, 5)
+    assert len(msgs) == 2
+    assert "dim 1=9 (was 4)" in msgs[0] and "dim 1=5 (was 9)" in msgs[1]
+
+
+def test_distinct_functions_are_separate_frames():
+    f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
+    g = torch.compile(lambda x: x * 2 + 1, backend="neuron", dynamic=False)
+    assert _recompile_warnings(f, 4) == [] and _recompile_warnings(g, 5) == []
+    assert [r.recompile for r in neuron_compile.metrics()] == [False, False]
+
+
+def test_grad_mode_change_is_a_recompile_with_its_reason():
+    f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
+    _recompile_warnings(f, 4)
+    with torch.no_grad():
+        msgs = _recompile_warnings(f, 4)
+    assert len(msgs) == 1 and "grad mode=False (was True)" in msgs[0]
+
+
+@pytest.mark.parametrize("dynamic", [False, None])
+def test_max_recompiles_trips_exactly_one_past_the_budget(dynamic):
+    f = torch.compile(
+        _twice_plus_one, backend="neuron", dynamic=dynamic, options={"max_recompiles": 2}
+    )
+    assert len(_recompile_warnings(f, 2, 3, 4)) == 2  # recompiles 1 and 2 are within budget
+    err = _call_error(f, 5)
+    assert err.code == "NC202"
+    assert "l_x_ dim 1=5" in str(err) and "max_recompiles=2" in err.reason
+    assert err.recompiles == 3
+    # Shapes compiled before the budget ran out keep working, without new compiles.
+    assert _recompile_warnings(f, 3, 4) == []
+    assert len(neuron_compile.recompiles()) == 2
+
+
+def test_max_recompiles_zero_allows_the_first_compile_only():
+    f = torch.compile(
+        _twice_plus_one, backend="neuron", dynamic=False, options={"max_recompiles": 0}
+    )
+    assert _recompile_warnings(f, 7, 7) == []
+    assert _call_error(f, 8).code == "NC202"
+
+
+def test_max_recompiles_from_env(monkeypatch):
+    monkeypatch.setenv("NEURON_COMPILE_MAX_RECOMPILES", "1")
+    f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
+    assert len(_recompile_warnings(f, 2, 3)) == 1
+    assert _call_error(f, 4).code == "NC202"
+
+
+def test_strict_mode_allows_warmup_then_fails_on_any_recompile():
+    f = torch.compile(
+        _twice_plus_one, backend="neuron", dynamic=False, options={"strict_recompile": True}
+    )
+    assert len(_recompile_warnings(f, 2, 3)) == 1  # warm-up: recompiles are only warnings
+    neuron_compile.mark_warmup_done()
+    assert _recompile_warnings(f, 2, 3, 2) == []  # already compiled shapes run
+    err = _call_error(f, 6)
+    assert err.code == "NC202" and "strict_recompile" in err.reason and "dim 1=6" in str(err)
+    neuron_compile.mark_warmup_done(False)
+    assert len(_recompile_warnings(f, 6)) == 1
+
+
+def test_strict_mode_under_automatic_dynamic_raises_at_the_call():
+    f = torch.compile(_twice_plus_one, backend="neuron", options={"strict_recompile": True})
+    _recompile_warnings(f, 2, 3)
+    neuron_compile.mark_warmup_done()
+    with pytest.raises(NeuronCompileError, match=r"NC202.*dim 1=4"):
+        f(torch.randn(3, 4))
+
+
+def test_warning_names_the_bucket_that_would_absorb_the_shape():
+    f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False, options={"buckets": [4, 8]})
+    msgs = _recompile_warnings(f, 3, 6, 9)
+    assert "dim 1=6 (was 3), bucket 8 would have absorbed it" in msgs[0]
+    assert "dim 1=9 (was 6), larger than the largest bucket 8" in msgs[1]
+
+
+def test_reset_metrics_forgets_history_and_warmup():
+    f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
+    _recompile_warnings(f, 2, 3)
+    neuron_compile.mark_warmup_done()
+    neuron_compile.reset_metrics()
+    assert neuron_compile.recompiles() == []
+    torch._dynamo.reset()
+    f = torch.compile(
+        _twice_plus_one, backend="neuron", dynamic=False, options={"strict_recompile": True}
+    )
+    assert len(_recompile_warnings(f, 2, 3)) == 1  # warm-up again: no error
+
+
+def test_bucket_for():
+    assert [bucket_for(n, (4, 8)) for n in (1, 4, 5, 8, 9)] == [4, 4, 8, 8, None]
+
+
+def test_recompile_options_parse_and_validate():
+    env = {"NEURON_COMPILE_MAX_RECOMPILES": "3", "NEURON_COMPILE_STRICT_RECOMPILE": "1"}
+    env["NEURON_COMPILE_BUCKETS"] = "128, 256,512"
+    cfg = load_config({}, env=env)
+    assert (cfg.max_recompiles, cfg.strict_recompile, cfg.buckets) == (3, True, (128, 256, 512))
+    assert load_config({}, env={}).max_recompiles is None
+    for bad in ({"max_recompiles": -1}, {"max_recompiles": True}, {"buckets": [256, 128]}):
+        with pytest.raises(OptionsError, match="NC001"):
+            load_config(bad, env={})
+    with pytest.raises(OptionsError, match="NC001"):
+        load_config({}, env={"NEURON_COMPILE_MAX_RECOMPILES": "many"})
+
+
+def _with_graph_break(x):
+    y = x.sin()
+    torch._dynamo.graph_break()
+    return y.cos() + 1
+
+
+def test_graph_break_frames_are_counted_separately():
+    f = torch.compile(_with_graph_break, backend="neuron", dynamic=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in (4, 4, 6, 6, 4):
+            x = torch.randn(n)
+            torch.testing.assert_close(f(x), _with_graph_break(x))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RecompileWarning)]
+    assert len(msgs) == 2
+    assert "l_x_ dim 0=6 (was 4)" in msgs[0] and "l_y_ dim 0=6 (was 4)" in msgs[1]
+    assert [r.recompile for r in neuron_compile.metrics()] == [False, False, True, True]
