@@ -19,7 +19,7 @@ from .backend import neuron_backend  # noqa: E402
 from .config import NeuronConfig, load_config  # noqa: E402
 from .errors import NeuronCompileError  # noqa: E402
 from .fallback import clear_fallback_ops, get_fallback_ops  # noqa: E402
-from .metrics import GraphRecord, metrics, reset_metrics  # noqa: E402
+from .metrics import BucketRecord, GraphRecord, bucket_metrics, metrics, reset_metrics  # noqa: E402
 from .shapes import RecompileWarning, mark_warmup_done, recompiles  # noqa: E402
 
 
@@ -38,11 +38,13 @@ def _configure_logging() -> None:
 _configure_logging()
 
 __all__ = [
+    "BucketRecord",
     "GraphRecord",
     "NeuronCompileError",
     "NeuronConfig",
     "RecompileWarning",
     "__version__",
+    "bucket_metrics",
     "clear_fallback_ops",
     "get_fallback_ops",
     "load_config",

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .metrics import record_bucket_hit
+
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
 
@@ -106,6 +108,7 @@ def bucketed_collate(
     *,
     label_key: str = "labels",
     mask_key: str | None = "attention_mask",
+    name: str = "bucketed_collate",
 ) -> Callable[[list[Any]], Any]:
     """A ``collate_fn`` for ``torch.utils.data.DataLoader`` padding each batch to its bucket.
 
@@ -120,6 +123,10 @@ def bucketed_collate(
 
     ``batch_buckets`` also pads the batch dimension (extra rows are all padding, labels -100), so
     a short last batch does not compile a new graph.
+
+    Each batch counts one hit of its bucket in ``neuron_compile.bucket_metrics()`` under ``name``,
+    with the samples' real lengths (of the first field with a sequence dimension) as real tokens
+    and ``batch x bucket`` as padded tokens.
     """
     seq_buckets = _check_buckets(buckets)
     b_buckets = _check_buckets(batch_buckets) if batch_buckets is not None else None
@@ -140,6 +147,10 @@ def bucketed_collate(
         ]
         seq = bucket_size(max(lengths), seq_buckets) if lengths else 0
         batch = bucket_size(len(samples), b_buckets) if b_buckets else len(samples)
+        seq_field = next((vs for vs in fields.values() if torch.as_tensor(vs[0]).dim() >= 1), None)
+        if seq_field is not None:
+            real = sum(int(torch.as_tensor(v).shape[0]) for v in seq_field)
+            record_bucket_hit(name, seq, real, batch * seq)
         if isinstance(first, Mapping) and mask_key is not None and mask_key not in first:
             key0 = next(k for k in first if torch.as_tensor(first[k]).dim() >= 1)
             fields[mask_key] = [
@@ -227,7 +238,8 @@ class BucketedModule(torch.nn.Module):
     back (so an output that happens to have that size along ``dim`` for another reason is sliced
     too). ``batch_buckets`` also pads dim 0; padded rows are sliced off the outputs, and with
     labels padded to -100 a mean cross-entropy loss is unchanged. ``stats`` counts calls and
-    padding per bucket.
+    padding per bucket of this wrapper; the same counts go to ``neuron_compile.bucket_metrics()``
+    under ``name`` (default ``BucketedModule(<wrapped class or function name>)``).
     """
 
     def __init__(
@@ -239,6 +251,7 @@ class BucketedModule(torch.nn.Module):
         pad_values: Mapping[str | int, float] | None = None,
         mask_arg: str | None = None,
         batch_buckets: Sequence[int] | None = None,
+        name: str | None = None,
     ) -> None:
         super().__init__()
         self.module = module
@@ -249,6 +262,10 @@ class BucketedModule(torch.nn.Module):
         self.mask_arg = mask_arg
         self.stats: dict[int, BucketStats] = {}
         target = getattr(module, "_orig_mod", module)
+        if name is None:
+            label = type(target).__name__ if isinstance(target, torch.nn.Module) else None
+            name = f"BucketedModule({label or getattr(target, '__name__', type(target).__name__)})"
+        self.name = name
         try:
             self._signature: inspect.Signature | None = inspect.signature(
                 target.forward if isinstance(target, torch.nn.Module) else target
@@ -298,6 +315,7 @@ class BucketedModule(torch.nn.Module):
         stats.calls += 1
         stats.real += rows * length
         stats.padded += batch * bucket
+        record_bucket_hit(self.name, bucket, rows * length, batch * bucket)
         out = self.module(*new_args, **new_kwargs)
         return self._unpad(out, length, bucket, rows, batch)
 

@@ -1,4 +1,5 @@
-"""Per-graph compile metrics: ``neuron_compile.metrics()`` and ``reset_metrics()``."""
+"""Per-graph compile metrics (``neuron_compile.metrics()``), per-bucket runtime metrics
+(``neuron_compile.bucket_metrics()``), and ``reset_metrics()`` clearing both."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 
 _lock = threading.Lock()
 _RECORDS: list[GraphRecord] = []
+_BUCKETS: dict[tuple[str, int], BucketRecord] = {}
 
 
 @dataclass
@@ -54,10 +56,64 @@ def metrics() -> list[GraphRecord]:
         return list(_RECORDS)
 
 
+@dataclass
+class BucketRecord:
+    """Runtime use of one bucket by one bucketing source (a ``BucketedModule`` or a
+    ``bucketed_collate``), accumulated since the last ``reset_metrics()``.
+
+    ``hits`` counts calls (``BucketedModule``) or batches (``bucketed_collate``) padded to this
+    bucket; ``real_tokens`` counts the elements of the unpadded inputs (rows x real length, per
+    sample for a collate) and ``padded_tokens`` those of the padded inputs (rows x bucket, including
+    rows added by batch bucketing), so padding is ``padded_tokens - real_tokens``.
+    """
+
+    source: str  # the ``name`` given to BucketedModule / bucketed_collate (or their default)
+    bucket: int  # the sequence bucket (padded length)
+    hits: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of the padded inputs that is padding: ``1 - real_tokens / padded_tokens``."""
+        return 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["padding_fraction"] = self.padding_fraction
+        return d
+
+
+def record_bucket_hit(source: str, bucket: int, real_tokens: int, padded_tokens: int) -> None:
+    """Count one call/batch of ``source`` padded to ``bucket`` (used by ``neuron_compile.bucketing``)."""
+    if not 0 <= real_tokens <= padded_tokens:
+        raise ValueError(
+            f"need 0 <= real_tokens <= padded_tokens, got {real_tokens}, {padded_tokens}"
+        )
+    with _lock:
+        rec = _BUCKETS.get((source, bucket))
+        if rec is None:
+            rec = _BUCKETS[(source, bucket)] = BucketRecord(source, bucket)
+        rec.hits += 1
+        rec.real_tokens += real_tokens
+        rec.padded_tokens += padded_tokens
+
+
+def bucket_metrics() -> list[BucketRecord]:
+    """Per-bucket hits and padding since the last ``reset_metrics()``, sorted by (source, bucket).
+
+    Snapshots: later hits do not change records already returned.
+    """
+    with _lock:
+        return [dataclasses.replace(_BUCKETS[k]) for k in sorted(_BUCKETS)]
+
+
 def reset_metrics() -> None:
-    """Clear graph records, recompile counts and events; warm-up (strict mode) starts again."""
+    """Clear graph records, bucket records, recompile counts and events; warm-up (strict mode)
+    starts again."""
     from .shapes import reset_recompiles
 
     with _lock:
         _RECORDS.clear()
+        _BUCKETS.clear()
     reset_recompiles()

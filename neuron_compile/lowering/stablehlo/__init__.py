@@ -1,6 +1,7 @@
 """StableHLO lowering rules, one module per op family. Importing registers them."""
 
 from . import (  # noqa: F401
+    activations,
     batch_norm,
     conv,
     distance,

@@ -1,4 +1,4 @@
-"""Elementwise ops: arithmetic, comparisons, logic, casts, activations.
+"""Elementwise ops: arithmetic, comparisons, logic, casts (activations live in ``activations.py``).
 
 Transcendental functions on bfloat16/float16 compute in float32 and round once at the end, as
 eager PyTorch's "opmath" does; otherwise bf16 results drift from eager by more than bf16 tolerance.
@@ -403,72 +403,6 @@ def _lower_to_copy(ctx: LoweringContext, x: Value, **_: object) -> Value:
 @lowering(aten.scalar_tensor.default, supports=dtypes_in(*ALL_DTYPES))
 def _lower_scalar_tensor(ctx: LoweringContext, value, **_: object) -> Value:
     return ctx.emit.scalar(value, ctx.out_dtype)
-
-
-# ---- activations ----------------------------------------------------------------------------
-@lowering(aten.relu.default, supports=dtypes_in(*ALL_DTYPES))
-def _lower_relu(ctx: LoweringContext, x: Value) -> Value:
-    return ctx.emit.binary("maximum", x, ctx.full_like(0, x))
-
-
-@lowering(aten.gelu.default, supports=floats_only)
-def _lower_gelu(ctx: LoweringContext, x: Value, approximate: str = "none") -> Value:
-    e = ctx.emit
-
-    def body(v: Value) -> Value:
-        half = e.binary("multiply", v, ctx.full_like(0.5, v))
-        if approximate == "tanh":
-            cube = e.binary("multiply", e.binary("multiply", v, v), v)
-            inner = e.binary("add", v, e.binary("multiply", cube, ctx.full_like(0.044715, v)))
-            inner = e.binary("multiply", inner, ctx.full_like(math.sqrt(2.0 / math.pi), v))
-            t = e.unary("tanh", inner)
-        else:
-            t = erf(ctx, e.binary("multiply", v, ctx.full_like(1.0 / math.sqrt(2.0), v)))
-        return e.binary("multiply", half, e.binary("add", t, ctx.full_like(1.0, v)))
-
-    return _float_unary(ctx, x, body)
-
-
-@lowering(aten.silu.default, supports=floats_only)
-def _lower_silu(ctx: LoweringContext, x: Value) -> Value:
-    e = ctx.emit
-    return _float_unary(ctx, x, lambda v: e.binary("multiply", v, e.unary("logistic", v)))
-
-
-@lowering(aten.elu.default, supports=floats_only)
-def _lower_elu(
-    ctx: LoweringContext, x: Value, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0
-) -> Value:
-    """``scale * (x if x > 0 else alpha * expm1(x * input_scale))`` (selu and celu use it too)."""
-    e = ctx.emit
-
-    def body(v: Value) -> Value:
-        neg = e.unary(
-            "exponential_minus_one", e.binary("multiply", v, ctx.full_like(input_scale, v))
-        )
-        neg = e.binary("multiply", neg, ctx.full_like(alpha, v))
-        y = e.select(e.compare(v, ctx.full_like(0, v), "GT"), v, neg)
-        return y if scale == 1 else e.binary("multiply", y, ctx.full_like(scale, v))
-
-    return _float_unary(ctx, x, body)
-
-
-@lowering(aten.leaky_relu.default, supports=floats_only)
-def _lower_leaky_relu(ctx: LoweringContext, x: Value, negative_slope: float = 0.01) -> Value:
-    e = ctx.emit
-    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
-    scaled = e.binary("multiply", x, ctx.full_like(negative_slope, x))
-    return e.select(e.compare(x, ctx.full_like(0, x), "GT"), x, scaled)
-
-
-@lowering(aten.hardtanh.default, supports=dtypes_in(*ALL_DTYPES))
-def _lower_hardtanh(
-    ctx: LoweringContext, x: Value, min_val: float = -1.0, max_val: float = 1.0
-) -> Value:
-    e = ctx.emit
-    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
-    lo, hi = ctx.full_like(min_val, x), ctx.full_like(max_val, x)
-    return e.binary("minimum", e.binary("maximum", x, lo), hi)
 
 
 # ---- float classification and sign bits ------------------------------------------------------

@@ -131,22 +131,6 @@ def test_fmax_ignores_nan_operands():
     ).run(text)
 
 
-def test_elu_uses_expm1_and_leaky_relu_selects():
-    elu = lower_to_text(F.elu, X)
-    FileCheck().check("stablehlo.exponential_minus_one").check("stablehlo.select").run(elu)
-    leaky = lower_to_text(lambda a: F.leaky_relu(a, 0.2), X)
-    FileCheck().check("2.000000e-01").check("stablehlo.select").check_not(
-        "stablehlo.exponential"
-    ).run(leaky)
-
-
-def test_hardtanh_clamps_with_max_then_min():
-    text = lower_to_text(lambda a: F.hardtanh(a, -2.0, 3.0), X)
-    FileCheck().check("stablehlo.maximum").check("stablehlo.minimum").check_not(
-        "stablehlo.select"
-    ).run(text)
-
-
 def test_isinf_compares_abs_with_infinity():
     text = lower_to_text(torch.isinf, X)
     FileCheck().check("stablehlo.abs").check("0x7F800000").check("stablehlo.compare EQ").run(text)
