@@ -13,10 +13,13 @@ Each (op, variant, dtype, phase) gets one outcome:
                 ``fallback="error"``. An NC101 error (``fallback="error"`` set by the environment)
                 is recorded the same way as ``unsupported: op: why``
 - ``xfail``     not passing, and listed in ``expectations.toml`` (reason from there)
-- ``mismatch``  numerics differ (max abs/rel error recorded)
+- ``mismatch``  numerics differ (max abs/rel error recorded). Outside tolerance of eager but as
+                close to eager run in float64 counts as a pass (noted); so do indices that order
+                equal values differently where the op allows it (sort with stable=False, topk, ...)
 - ``error``     any other exception (type, first line, our NC code)
-- ``skip``      not applicable: no usable sample, eager itself raised, random/uninitialized output,
-                out of scope (sparse/complex), or Dynamo did not capture the op into a graph
+- ``skip``      not applicable: no usable sample, eager itself raised, random/uninitialized or
+                seed-dependent output, out of scope (sparse/complex), Dynamo did not capture the op
+                into a graph, or the same error happens with ``backend="aot_eager"`` (PyTorch's)
 
 Usable from pytest (``run_entry``) and from ``python -m tests.conformance.run`` (``run_sweep``).
 """
