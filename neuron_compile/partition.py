@@ -12,6 +12,7 @@ import operator
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+import torch
 import torch.fx as fx
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -34,13 +35,35 @@ class SplitReason:
         return asdict(self)
 
 
+def _symbolic(value: object) -> bool:
+    if isinstance(value, torch.SymInt | torch.SymFloat | torch.SymBool):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in value.shape)
+    if isinstance(value, (tuple, list)):
+        return any(_symbolic(v) for v in value)
+    return False
+
+
+def why_unsupported(node: fx.Node) -> str | None:
+    """None if ``node`` can join a compiled region, else the reason it runs on the CPU."""
+    # Data-dependent sizes (nonzero, masked_select, .item()) have no static shape to compile;
+    # their producers and consumers stay eager.
+    if _symbolic(node.meta.get("val")) or any(
+        _symbolic(arg.meta.get("val")) for arg in node.all_input_nodes
+    ):
+        return "data-dependent (symbolic) shape or value; compiled regions need static shapes"
+    why = registry.lookup(node)
+    return why if isinstance(why, str) else None
+
+
 def _is_supported(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:
         src = node.args[0]
         return isinstance(src, fx.Node) and _is_supported(src)
-    return not isinstance(registry.lookup(node), str)
+    return why_unsupported(node) is None
 
 
 class _NeuronSupport(OperatorSupportBase):
@@ -54,10 +77,12 @@ def split_reasons(gm: fx.GraphModule) -> list[SplitReason]:
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
-        why = registry.lookup(node)
-        if isinstance(why, str):
+        why = why_unsupported(node)
+        if why is not None:
             reasons.append(
-                SplitReason(str(node.target), node.name, why, user_frame(node), user_source_line(node))
+                SplitReason(
+                    str(node.target), node.name, why, user_frame(node), user_source_line(node)
+                )
             )
     return reasons
 
@@ -77,7 +102,9 @@ def partition(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[str]]:
     Returns the graph and the names of the submodules to compile. Every placeholder of a
     submodule gets the ``meta["val"]`` of the value that feeds it, as lowering needs.
     """
-    partitioner = CapabilityBasedPartitioner(gm, _NeuronSupport(), allows_single_node_partition=False)
+    partitioner = CapabilityBasedPartitioner(
+        gm, _NeuronSupport(), allows_single_node_partition=False
+    )
     fused = partitioner.fuse_partitions(partitioner.propose_partitions())
     names = []
     for node in fused.graph.nodes:

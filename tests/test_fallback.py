@@ -79,3 +79,24 @@ def test_fully_supported_model_reports_no_fallback():
     torch.compile(torch.nn.Linear(3, 2), backend="neuron")(torch.randn(4, 3))
     assert neuron_compile.get_fallback_ops() == {}
     assert neuron_compile.metrics()[0].fallback_ops == {}
+
+
+def test_data_dependent_shapes_stay_on_the_cpu():
+    """nonzero's output size depends on the data: it and its consumers fall back, the rest compiles."""
+
+    def f(x, w):
+        h = torch.relu(x @ w)
+        idx = torch.nonzero(h.sum(1) > 0).float()
+        return idx * 2 + 1, h.sum()
+
+    x, w = torch.randn(6, 4), torch.randn(4, 4)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = torch.compile(f, backend="neuron", fullgraph=True)(x, w)
+    for a, b in zip(got, f(x, w), strict=True):
+        torch.testing.assert_close(a, b)
+    messages = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+    assert messages and "aten.nonzero.default" in messages[0]
+    (record,) = neuron_compile.metrics()
+    assert record.regions >= 1 and "aten.nonzero.default" in record.fallback_ops

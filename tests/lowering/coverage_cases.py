@@ -402,3 +402,8 @@ COVERAGE_CASES: list[OpCase] = [
     OpCase("group-norm-no-affine", lambda x: F.group_norm(x, 2), ((2, 6, 7),)),
     OpCase("instance-norm", F.instance_norm, ((2, 3, 4, 5),), dtypes=F32),
 ]
+
+# Regression: a tensor bound larger than x (clamp broadcasts all three operands).
+COVERAGE_CASES.append(
+    OpCase("clamp-max-broadcast-bound", torch.clamp_max, ((10, 1, 5), (10, 10, 5)), dtypes=F32)
+)

@@ -306,7 +306,8 @@ def _lower_minimum(ctx: LoweringContext, a, b) -> Value:
 @lowering(aten.clamp.default, aten.clamp.Tensor, supports=dtypes_in(*ALL_DTYPES))
 def _lower_clamp(ctx: LoweringContext, x, min=None, max=None) -> Value:  # noqa: A002
     e = ctx.emit
-    (x,) = ctx.promote(x, dtype=ctx.out_dtype)
+    # A tensor bound may be larger than x (clamp broadcasts all three): work in the out shape.
+    x = ctx.broadcast_to(ctx.promote(x, dtype=ctx.out_dtype)[0], ctx.out_shape)
     if min is not None:
         (lo,) = (
             ctx.promote(min, dtype=x.dtype) if isinstance(min, Value) else [ctx.full_like(min, x)]
