@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> dict:
     for r in out["graphs"]:
         fallback = ", ".join(r.fallback_ops) or "none"
         print(
-            f"  graph {r.name:<24} {r.node_count:>4} nodes {r.calls:>4} calls, CPU fallback: {fallback}"
+            f"  graph {r.name:<24} {r.node_count:>4} nodes {r.calls:>4} calls, "
+            f"CPU fallback: {fallback}"
         )
     print(f"{time.perf_counter() - t0:.1f} s")
     for got, eager, ref in zip(out["compiled"], out["eager"], out["no_cache"], strict=True):

@@ -85,7 +85,7 @@ class BucketRecord:
 
 
 def record_bucket_hit(source: str, bucket: int, real_tokens: int, padded_tokens: int) -> None:
-    """Count one call/batch of ``source`` padded to ``bucket`` (used by ``neuron_compile.bucketing``)."""
+    """Count one call or batch of ``source`` padded to ``bucket`` (``neuron_compile.bucketing``)."""
     if not 0 <= real_tokens <= padded_tokens:
         raise ValueError(
             f"need 0 <= real_tokens <= padded_tokens, got {real_tokens}, {padded_tokens}"
