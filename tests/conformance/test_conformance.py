@@ -206,3 +206,12 @@ def test_summary_counts_entries_and_pass_rate():
     assert s.pass_rate == pytest.approx(1 / 3)
     md = report.markdown(rows, command="x", meta={})
     assert "33.3%" in md and "`aten.x.default` (d)" in md
+
+
+def test_readme_section_replacement_keeps_the_rest_of_the_readme():
+    from tests.conformance.run import README_END, README_START, replace_section
+
+    readme = f"# title\n{README_START}\nstale numbers\n{README_END}\n## next\n"
+    out = replace_section(readme, "| fresh | table |\n")
+    assert out == f"# title\n{README_START}\n| fresh | table |\n{README_END}\n## next\n"
+    assert replace_section(out, "| fresh | table |") == out  # idempotent
