@@ -143,8 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="versions, executor, backend registration and env vars")
-    sub.add_parser("ops", help="list the ATen ops with a StableHLO lowering")
+    info = sub.add_parser("info", help="versions, executor, backend registration and env vars")
+    ops = sub.add_parser("ops", help="list the ATen ops with a StableHLO lowering")
+    for p in (info, ops):  # `neuron-compile info --json` and `neuron-compile --json info` both work
+        p.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
     buckets = sub.add_parser("buckets", help="shape buckets for variable-length inputs")
     bsub = buckets.add_subparsers(dest="buckets_command", required=True)
     plan = bsub.add_parser(
@@ -166,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--max-buckets and --align must be >= 1")
         return _buckets_plan(args, args.json or args.json_out)
     result = _info() if args.command == "info" else _ops()
-    if args.json:
+    if args.json or args.json_out:
         json.dump(result, sys.stdout, indent=2)
         print()
     elif args.command == "info":

@@ -59,11 +59,19 @@ class CompiledGraph:
         self._exe = executable
         # Per-call plans, precomputed so a call does no dict/list setup beyond its results:
         # (graph-input index, or RNG_SEED; constant or None; dtype @main takes).
+        # Constants (get_attr) are converted once here, not on every call.
         self._inputs = [
-            (spec.index, constants.get(spec.attr) if spec.attr else None, spec.arg_dtype)
+            (
+                spec.index,
+                constants[spec.attr].to(spec.arg_dtype).contiguous() if spec.attr else None,
+                spec.arg_dtype,
+            )
             for spec in lowered.inputs
         ]
         self._outputs = [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs]
+        # Parameters' XLA aliases between calls (see XlaCpuExecutable); per graph, not per
+        # executable, because executables are shared by identical graphs of different models.
+        self._param_slots: list[Any] = [None] * len(lowered.inputs)
         self._passthrough = [o.index for o in lowered.outputs if o.kind == "input"]
         # Graph outputs are exactly @main's results, in order: hand the result list back as is.
         self._results_only = all(
@@ -88,7 +96,13 @@ class CompiledGraph:
             ins.append(t if t.is_contiguous() else t.contiguous())
         kept = [args[i] for i in self._passthrough] if self._passthrough else ()
         args.clear()  # boxed convention: let the caller's references go before we run
-        results = self._exe(ins)
+        try:
+            results = self._exe(ins, self._param_slots)
+        except Exception as e:
+            raise ExecutorError(
+                f"XLA CPU failed to run graph {self.name}: {type(e).__name__}: {e}",
+                hint=BUG_HINT,
+            ) from e
         if self._results_only:
             return results
         outs: list[Any] = []
@@ -114,14 +128,21 @@ def _warn_downcasts(name: str, lowered: LoweredGraph, cfg: NeuronConfig) -> None
             f"graph {name} has 64-bit inputs: {'; '.join(lowered.downcasts)}",
             hint="convert inputs to float32/int32, or use options={'sixty_four_bit': 'downcast'}",
         )
-    lossy = [d for d in lowered.downcasts if "float64" in d]
-    if lossy:
-        warnings.warn(
-            f"neuron-compile: graph {name} runs float64 inputs as float32 ({'; '.join(lossy)}); "
-            "set options={'sixty_four_bit': 'error'} to make this an error",
-            DowncastWarning,
-            stacklevel=2,
+    floats = [d for d in lowered.downcasts if "float64" in d]
+    ints = [d for d in lowered.downcasts if "int64" in d]
+    parts = []
+    if floats:
+        parts.append(f"float64 inputs as float32 ({'; '.join(floats)})")
+    if ints:
+        parts.append(
+            f"int64 inputs as int32 ({'; '.join(ints)}; values outside +-2**31 would wrap)"
         )
+    warnings.warn(
+        f"neuron-compile: graph {name} runs {' and '.join(parts)}; "
+        "set options={'sixty_four_bit': 'error'} to make this an error",
+        DowncastWarning,
+        stacklevel=2,
+    )
     log.info("graph %s: 64-bit inputs narrowed: %s", name, "; ".join(lowered.downcasts))
 
 
@@ -228,7 +249,13 @@ def _compile_region(
     _warn_downcasts(name, lowered, cfg)
     if cfg.verify:
         _verify(lowered)
-    art = artifact_mod.serialize(lowered.text, cfg.artifact)
+    try:
+        art = artifact_mod.serialize(lowered.text, cfg.artifact)
+    except Exception as e:  # reachable with verify=False: the verifier would have named the line
+        raise VerifierError(
+            f"could not serialize graph {name}: {type(e).__name__}: {e}",
+            hint=BUG_HINT + "; rerun with verify enabled to locate the op",
+        ) from e
     t3 = time.perf_counter()
     try:
         executable, hit = executable_cache.get_or_create(
@@ -254,6 +281,7 @@ def _compile_region(
             "timings": record.as_dict(),
             "artifact_form": cfg.artifact,
         }
-        dump_graph(cfg.dump_dir, name, gm, artifact_mod.pretty(lowered.text), art, meta)
+        text = artifact_mod.pretty(lowered.text) if cfg.verify else lowered.text
+        dump_graph(cfg.dump_dir, name, gm, text, art, meta)
     constants = {s.attr: getattr(gm, s.attr) for s in lowered.inputs if s.attr}
     return CompiledGraph(name, lowered, executable, constants, record)

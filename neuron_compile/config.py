@@ -124,10 +124,10 @@ def _parse_int(key: str, value: str) -> int:
 
 def _parse_buckets(value: Any) -> tuple[int, ...]:
     """``"128,256,512"`` (env) or any sequence of ints (options)."""
-    items = value.replace(",", " ").split() if isinstance(value, str) else list(value)
     try:
+        items = value.replace(",", " ").split() if isinstance(value, str) else list(value)
         return tuple(int(b) if isinstance(b, str) else b for b in items)
-    except ValueError:
+    except (TypeError, ValueError):
         raise OptionsError(
             f"invalid buckets: {value!r}", hint="e.g. NEURON_COMPILE_BUCKETS=128,256,512"
         ) from None

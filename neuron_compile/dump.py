@@ -42,7 +42,8 @@ def dump_graph(
         out.mkdir(parents=True, exist_ok=True)
         (out / "graph.fx.py").write_text(gm.code)
         (out / "module.stablehlo.mlir").write_text(text)
-        (out / "module.portable.mlirbc").write_bytes(artifact)
+        form = meta.get("artifact_form", "portable")
+        (out / f"module.{form}.mlirbc").write_bytes(artifact)
         tmp = out / f".meta.{os.getpid()}.json"
         tmp.write_text(json.dumps({**meta, "versions": versions()}, indent=2, default=str))
         os.replace(tmp, out / "meta.json")

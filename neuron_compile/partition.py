@@ -45,6 +45,12 @@ def _symbolic(value: object) -> bool:
     return False
 
 
+def _symbolic_only(node: fx.Node) -> bool:
+    return _symbolic(node.meta.get("val")) or any(
+        _symbolic(arg.meta.get("val")) for arg in node.all_input_nodes
+    )
+
+
 def why_unsupported(node: fx.Node) -> str | None:
     """None if ``node`` can join a compiled region, else the reason it runs on the CPU."""
     # Data-dependent sizes (nonzero, masked_select, .item()) have no static shape to compile;
@@ -71,11 +77,22 @@ class _NeuronSupport(OperatorSupportBase):
         return _is_supported(node)
 
 
+def _is_bookkeeping(node: fx.Node) -> bool:
+    """Symbolic-size plumbing (sym_size, Python comparisons on sizes, runtime asserts): it runs
+    eagerly with its data-dependent producer but is not an op worth reporting."""
+    if not isinstance(node.target, torch._ops.OpOverload):
+        return True
+    name = node.target._schema.name
+    return name.startswith(("aten::sym_", "aten::_assert"))
+
+
 def split_reasons(gm: fx.GraphModule) -> list[SplitReason]:
     """One ``SplitReason`` per call_function node that has no usable lowering."""
     reasons = []
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if _is_bookkeeping(node) and why_unsupported(node) is not None and _symbolic_only(node):
             continue
         why = why_unsupported(node)
         if why is not None:

@@ -280,3 +280,32 @@ def test_metrics_name_kinds_and_calls():
     assert fwd.executor_compile_s > 0 and fwd.capture_s > 0
     neuron_compile.reset_metrics()
     assert neuron_compile.metrics() == []
+
+
+def test_int64_narrowing_is_announced():
+    f = torch.compile(lambda i: i * 3, backend="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.equal(f(torch.tensor([1, 2])), torch.tensor([3, 6]))
+    messages = [str(w.message) for w in caught if issubclass(w.category, DowncastWarning)]
+    assert len(messages) == 1 and "int64 inputs as int32" in messages[0] and "wrap" in messages[0]
+
+
+def test_executor_failure_at_run_time_is_coded(monkeypatch):
+    from neuron_compile.runtime import xla_cpu
+
+    f = torch.compile(lambda x: x + 1, backend="neuron")
+    f(torch.ones(2))
+
+    def broken(self, inputs, param_slots=None):
+        raise RuntimeError("device lost")
+
+    monkeypatch.setattr(xla_cpu.XlaCpuExecutable, "__call__", broken)
+    with pytest.raises(NeuronCompileError) as info:
+        f(torch.ones(2))
+    assert info.value.code == "NC301" and "device lost" in str(info.value)
+
+
+def test_buckets_option_of_the_wrong_type_is_coded():
+    err = _compile_error(lambda x: x + 1, torch.ones(2), options={"buckets": 128})
+    assert err.code == "NC001" and "buckets" in str(err)

@@ -36,3 +36,9 @@ def test_ops_json_lists_registered_lowerings():
 def test_unknown_subcommand_fails_with_usage():
     proc = _cli("frobnicate")
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_json_flag_after_the_subcommand():
+    proc = _cli("info", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["backend_names"] == ["neuron", "neuron_compile"]

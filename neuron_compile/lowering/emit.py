@@ -399,6 +399,18 @@ class Emitter:
         init_v = self.scalar(init, x.dtype)
         return self.reduce([x], [init_v], dims, lambda a, b: [self.binary(combiner, a, b)])[0]
 
+    def while_(
+        self,
+        inits: Sequence[Value],
+        cond: Callable[..., Sequence[Value]],
+        body: Callable[..., Sequence[Value]],
+    ) -> list[Value]:
+        """``stablehlo.while`` over the carried ``inits``; ``cond(*carry)`` returns one scalar i1,
+        ``body(*carry)`` the next carry (same types)."""
+        types = [v.type for v in inits]
+        regions = [self.region(types, cond), self.region(types, body)]
+        return self.op("while", inits, types, regions=regions)
+
     def sort(
         self,
         xs: Sequence[Value],

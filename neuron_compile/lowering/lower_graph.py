@@ -129,8 +129,15 @@ def lower_graph(gm: fx.GraphModule, func_name: str = "main") -> LoweredGraph:
             placeholder_index[node] = n_placeholders
             n_placeholders += 1
             val = node.meta.get("val")
-            if not node.users:
-                continue  # never transferred: saves a dlpack round trip per unused input
+            if all(user.op == "output" for user in node.users):
+                # Unused, or only returned as is (the output plan hands the caller's tensor
+                # back): never transferred, which saves a dlpack round trip per call.
+                continue
+            if all(u.target is torch.ops.higher_order.with_effects for u in node.users):
+                # An effect token (threaded through _linalg_check_errors): AOTAutograd passes
+                # None at runtime and the token carries no data, so it is never transferred.
+                env[node] = emitter.full(0, tensor_type(val).shape, tensor_type(val).dtype)
+                continue
             if not isinstance(val, torch.Tensor):
                 raise UnsupportedOpError(
                     f"graph input {node.name} is a {type(val).__name__}, not a tensor",

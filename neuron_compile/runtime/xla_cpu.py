@@ -121,7 +121,9 @@ class XlaCpuExecutable:
     Crossing torch <-> XLA costs ~3 us per imported tensor, which dominates the per-call overhead
     of a graph with dozens of inputs. Two caches remove most imports without copying anything:
     parameters (the same ``nn.Parameter`` objects every call, updated in place by optimizers) keep
-    their zero-copy XLA alias per input slot, checked by identity and data pointer each call; and
+    their zero-copy XLA alias in the caller's per-input ``param_slots`` (``CompiledGraph`` owns
+    them, so they live as long as the compiled graph: until ``torch._dynamo.reset()`` or the
+    compiled function is dropped), checked by identity and data pointer each call; and
     tensors this executor produced are recognized by address (``_EXPORTED``). Inputs must be
     contiguous (``CompiledGraph`` guarantees it).
     """
@@ -131,30 +133,34 @@ class XlaCpuExecutable:
         self._exe = backend.compile_and_load(artifact, devices, xla_client.CompileOptions())
         self._import = _importer()
         self._export = _exporter()
-        #: per input slot: (parameter, its data_ptr, its zero-copy XLA alias) or None.
-        #: Holds the last parameters seen until the executable is dropped (torch._dynamo.reset()).
-        self._params: list[tuple[torch.Tensor, int, Any] | None] = []
 
-    def _to_xla(self, slot: int, t: torch.Tensor) -> Any:
+    def _to_xla(self, slots: list[Any] | None, slot: int, t: torch.Tensor) -> Any:
         ptr = t.data_ptr()
-        cached = self._params[slot]
+        cached = slots[slot] if slots is not None else None
         if cached is not None and cached[0] is t and cached[1] == ptr:
             return cached[2]
         exported = _EXPORTED.get((ptr, t.shape, t.dtype))
         if exported is not None:
             return exported[0]
         array = self._import(t)
-        if isinstance(t, torch.nn.Parameter) and array.unsafe_buffer_pointer() == ptr:
+        if (
+            slots is not None
+            and isinstance(t, torch.nn.Parameter)
+            and array.unsafe_buffer_pointer() == ptr
+        ):
             # Zero-copy alias: in-place optimizer updates are visible to XLA without re-import.
-            self._params[slot] = (t, ptr, array)
+            slots[slot] = (t, ptr, array)
         return array
 
-    def __call__(self, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        if len(self._params) != len(inputs):
-            self._params = [None] * len(inputs)
+    def __call__(
+        self, inputs: Sequence[torch.Tensor], param_slots: list[Any] | None = None
+    ) -> list[torch.Tensor]:
+        """Run on ``inputs``. ``param_slots`` (one entry per input, owned by the caller) keeps
+        parameters' XLA aliases between calls; the caller's lifetime bounds what it holds."""
         to_xla, exp = self._to_xla, self._export
         outs = []
-        for array in self._exe.execute([to_xla(i, t) for i, t in enumerate(inputs)]):
+        arrays = [to_xla(param_slots, i, t) for i, t in enumerate(inputs)]
+        for array in self._exe.execute(arrays):
             t = exp(array)
             key = (t.data_ptr(), t.shape, t.dtype)
             _EXPORTED[key] = (array, weakref.ref(t, _forget(key)))  # the ref must outlive t

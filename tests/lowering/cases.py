@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.lowering.coverage_cases import COVERAGE_CASES
+from tests.lowering.linalg_cases import LINALG_CASES
 from tests.lowering.opcase import (
     F32,
     INT,
@@ -22,6 +23,7 @@ from tests.lowering.opcase import (
     positive,
     randn,
 )
+from tests.lowering.special_cases import SPECIAL_CASES
 
 OP_CASES: list[OpCase] = [
     # elementwise
@@ -189,6 +191,8 @@ OP_CASES: list[OpCase] = [
         make=(randn, idx(10)),
     ),
     *COVERAGE_CASES,
+    *SPECIAL_CASES,
+    *LINALG_CASES,
 ]
 
 TOLERANCE = {

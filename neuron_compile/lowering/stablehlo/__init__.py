@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     distance,
     elementwise,
     indexing,
+    linalg,
     matmul,
     normalization,
     pooling,
@@ -15,5 +16,6 @@ from . import (  # noqa: F401
     scan,
     shape,
     sort,
+    special,
     transcendental,
 )
