@@ -40,7 +40,11 @@ def _reduce(kind: str, dim: int, keepdim: bool) -> Callable[[Tensor, Tensor], Te
         if kind == "sum":
             return x.sum(d, keepdim=keepdim)
         if kind == "mean":
-            return x.float().mean(d, keepdim=keepdim).to(x.dtype) if not x.is_floating_point() else x.mean(d, keepdim=keepdim)
+            return (
+                x.float().mean(d, keepdim=keepdim).to(x.dtype)
+                if not x.is_floating_point()
+                else x.mean(d, keepdim=keepdim)
+            )
         return x.amax(d, keepdim=keepdim)
 
     return apply
@@ -110,7 +114,9 @@ def programs(draw):
 def _inputs(dtype: torch.dtype, shape: tuple[int, ...], seed: int) -> tuple[Tensor, Tensor]:
     g = torch.Generator().manual_seed(seed)
     if dtype.is_floating_point:
-        return torch.randn(shape, generator=g).to(dtype), torch.randn(shape[-1:], generator=g).to(dtype)
+        return torch.randn(shape, generator=g).to(dtype), torch.randn(shape[-1:], generator=g).to(
+            dtype
+        )
     return (
         torch.randint(-4, 5, shape, generator=g, dtype=dtype),
         torch.randint(-4, 5, shape[-1:], generator=g, dtype=dtype),
@@ -140,6 +146,8 @@ def test_random_chain_matches_eager(program):
     assert actual.shape == expected.shape, names
     if dtype.is_floating_point:
         rtol, atol = TOL[dtype]
-        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, msg=lambda m: f"{names}: {m}")
+        torch.testing.assert_close(
+            actual, expected, rtol=rtol, atol=atol, msg=lambda m: f"{names}: {m}"
+        )
     else:
         assert torch.equal(actual, expected), names
