@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.utils._python_dispatch import _disable_current_modes
 
 from . import artifact as artifact_mod
 from .cache import artifact_key, executable_cache
@@ -59,15 +60,18 @@ class CompiledGraph:
         self._exe = executable
         # Per-call plans, precomputed so a call does no dict/list setup beyond its results:
         # (graph-input index, or RNG_SEED; constant or None; dtype @main takes).
-        # Constants (get_attr) are converted once here, not on every call.
-        self._inputs = [
-            (
-                spec.index,
-                constants[spec.attr].to(spec.arg_dtype).contiguous() if spec.attr else None,
-                spec.arg_dtype,
-            )
-            for spec in lowered.inputs
-        ]
+        # Constants (get_attr) are converted once here, not on every call. This runs inside
+        # AOTAutograd's compiler callback, where FakeTensorMode is active: leave it, or the
+        # converted constant would be a fake tensor without data.
+        with _disable_current_modes():
+            self._inputs = [
+                (
+                    spec.index,
+                    constants[spec.attr].to(spec.arg_dtype).contiguous() if spec.attr else None,
+                    spec.arg_dtype,
+                )
+                for spec in lowered.inputs
+            ]
         self._outputs = [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs]
         # Parameters' XLA aliases between calls (see XlaCpuExecutable); per graph, not per
         # executable, because executables are shared by identical graphs of different models.
