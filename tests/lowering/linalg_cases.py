@@ -79,6 +79,14 @@ LINALG_CASES: list[OpCase] = [
     # LU-based
     _case("linalg-lu-factor", torch.linalg.lu_factor, ((5, 5),), general),
     _case("linalg-lu-factor-ex-batched", torch.linalg.lu_factor_ex, ((2, 3, 4, 4),), general),
+    _case("linalg-lu-factor-wide", torch.linalg.lu_factor_ex, ((2, 3, 5),), randn),
+    _case("linalg-lu-factor-tall", torch.linalg.lu_factor_ex, ((6, 4),), randn),
+    _case(
+        "lu-unpack-tall", lambda a: torch.lu_unpack(*torch.linalg.lu_factor(a)), ((2, 5, 3),), randn
+    ),
+    _case(
+        "lu-unpack-wide", lambda a: torch.lu_unpack(*torch.linalg.lu_factor(a)), ((3, 5),), randn
+    ),
     _case(
         "linalg-lu-factor-ex-singular",
         torch.linalg.lu_factor_ex,

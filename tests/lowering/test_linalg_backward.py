@@ -45,6 +45,7 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Callable[[], torch.Tensor], ...
     ),
     "inv": (lambda a: torch.linalg.inv(a), (lambda: _general(3, 4, 4),)),
     "det": (lambda a: torch.linalg.det(a), (lambda: _general(2, 4, 4),)),
+    "lu-factor": (lambda a: torch.linalg.lu_factor(a).LU, (lambda: _general(2, 4, 4),)),
     "slogdet": (lambda a: torch.linalg.slogdet(a).logabsdet, (lambda: _general(2, 4, 4),)),
 }
 

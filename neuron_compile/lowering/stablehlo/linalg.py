@@ -1,18 +1,18 @@
-"""Linear algebra: Cholesky and triangular solves.
+"""Linear algebra: Cholesky, triangular solves, and everything built on LU with partial pivoting
+(lu_factor, lu_solve, lu_unpack, solve, inv, det, slogdet).
 
-Both map onto single StableHLO ops that XLA's CPU client implements (jaxlib 0.10.2):
-``stablehlo.cholesky`` and ``stablehlo.triangular_solve``. Batch dims of a triangular solve's
-operands broadcast against each other first (StableHLO wants equal batch dims).
+Cholesky and triangular solves map onto single StableHLO ops that XLA's CPU client implements
+(jaxlib 0.10.2): ``stablehlo.cholesky`` and ``stablehlo.triangular_solve``. Batch dims of a
+triangular solve's operands broadcast against each other first (StableHLO wants equal batch dims).
+``stablehlo.cholesky`` leaves the unused triangle implementation-defined, so the result is masked
+to the requested triangle. Its ``info`` is 0 when every diagonal entry of the factor is finite,
+else the 1-based index of the first non-finite one (XLA fills a failed factorization with NaN).
 
-``stablehlo.cholesky`` leaves the unused triangle implementation-defined, so the result is
-masked to the requested triangle. ``info`` is 0 when every diagonal entry of the factor is
-finite, else the 1-based index of the first non-finite one (XLA fills a failed factorization
-with NaN from the failing minor on), which matches torch's "order of the leading minor that is
-not positive-definite" for the inputs XLA reports.
-
-``aten._linalg_check_errors`` lowers to nothing: errors that eager PyTorch raises on ``info != 0``
-(non positive-definite input) surface as NaN results instead, since a compiled graph cannot raise.
-Only float32 is lowered (bf16/f16 linear algebra has no eager CPU kernel to match either).
+LU is one ``stablehlo.while`` over the columns with iota-masked full-matrix updates (see
+``lu_factor``); solves then apply the permutation as a 0/1 matrix product and run two triangular
+solves. ``aten._linalg_check_errors`` (plain or wrapped in AOTAutograd's ``with_effects``) lowers
+to nothing: where eager raises on ``info != 0`` (singular / not positive-definite input) a compiled
+graph returns inf/NaN results instead. Only float32 is lowered (eager has no bf16/f16 kernels).
 """
 
 from __future__ import annotations
@@ -223,7 +223,10 @@ def _lu_step(
     piv = e.select(vec_is_k, _lead(ctx, e.binary("add", p, one), vec), piv)
     # 3. eliminate below the pivot
     pivot_row = row_p  # the new row k
-    d = _pick(ctx, vec_is_k, pivot_row, r - 2)  # (...,) A[k, k]
+    cols_vec = e.iota(pivot_row.shape, r - 2, INDEX)
+    d = _pick(  # (...,) A[k, k]
+        ctx, e.compare(cols_vec, _bcast_scalar(ctx, k, pivot_row.shape), "EQ"), pivot_row, r - 2
+    )
     zero_pivot = e.compare(d, e.full(0.0, d.shape, a.dtype), "EQ")
     k1 = e.binary("add", _bcast_scalar(ctx, k, p.shape), one)
     info = e.select(
@@ -255,9 +258,11 @@ def _lu_step(
 
 
 def lu_factor(ctx: LoweringContext, a: Value) -> tuple[Value, Value, Value, Value]:
-    """(LU, pivots (1-based, int32), perm (row i of P A is row perm[i] of A), info)."""
+    """(LU, pivots (1-based, int32), perm (row i of P A is row perm[i] of A), info) of an
+    (..., m, n) matrix: min(m, n) elimination steps, min(m, n) pivots."""
     e = ctx.emit
-    n = a.shape[-1]
+    m, n = a.shape[-2:]
+    steps = min(m, n)
     vec = a.shape[:-1]
     batch = a.shape[:-2]
     inits = [
@@ -269,13 +274,15 @@ def lu_factor(ctx: LoweringContext, a: Value) -> tuple[Value, Value, Value, Valu
     ]
 
     def cond(k: Value, *_: Value) -> list[Value]:
-        return [e.compare(k, e.scalar(n, INDEX), "LT")]
+        return [e.compare(k, e.scalar(steps, INDEX), "LT")]
 
     def body(k: Value, lu: Value, piv: Value, perm: Value, info: Value) -> list[Value]:
-        lu, piv, perm, info = _lu_step(ctx, n, k, lu, piv, perm, info)
+        lu, piv, perm, info = _lu_step(ctx, m, k, lu, piv, perm, info)
         return [e.binary("add", k, e.scalar(1, INDEX)), lu, piv, perm, info]
 
     _, lu, piv, perm, info = e.while_(inits, cond, body)
+    if steps < m:
+        piv = e.slice(piv, [0] * piv.rank, (*batch, steps), [1] * piv.rank)
     return lu, piv, perm, info
 
 
@@ -290,13 +297,19 @@ def _is_square_f32(node) -> str | None:
 
 
 def _lu_support(node) -> str | None:
-    why = _is_square_f32(node)
-    if why:
-        return why
     if node.target is aten.linalg_lu_factor_ex.default:
+        why = float32_only(node) or (
+            None if node.args[0].meta["val"].ndim >= 2 else "needs a (..., m, n) matrix"
+        )
+        if why:
+            return why
         pivot = node.kwargs.get("pivot", node.args[1] if len(node.args) > 1 else True)
         if not pivot:
             return "LU without pivoting is not lowered"
+        return None
+    why = _is_square_f32(node)
+    if why:
+        return why
     if node.target is aten._linalg_solve_ex.default:
         left = node.kwargs.get("left", node.args[2] if len(node.args) > 2 else True)
         if not left:
@@ -381,30 +394,71 @@ def lu_solve(
     return e.dot_general(p, z, ((r - 2,), (r - 2,)), (batch, batch))
 
 
-def _perm_from_pivots(ctx: LoweringContext, piv: Value) -> Value:
-    """Row permutation (row i of P A is row perm[i] of A) from LAPACK's 1-based swap sequence:
-    a ``stablehlo.while`` applying swap (k, piv[k] - 1) for k = 0..n-1."""
+def _perm_from_pivots(ctx: LoweringContext, piv: Value, m: int | None = None) -> Value:
+    """Row permutation of length ``m`` (row i of P A is row perm[i] of A) from LAPACK's 1-based
+    swap sequence: a ``stablehlo.while`` applying swap (k, piv[k] - 1) for each pivot k."""
     e = ctx.emit
-    n = piv.shape[-1]
+    steps = piv.shape[-1]
     r = piv.rank
+    shape = (*piv.shape[:-1], steps if m is None else m)
     idx = e.iota(piv.shape, r - 1, INDEX)
+    rows = e.iota(shape, r - 1, INDEX)
 
     def cond(k: Value, *_: Value) -> list[Value]:
-        return [e.compare(k, e.scalar(n, INDEX), "LT")]
+        return [e.compare(k, e.scalar(steps, INDEX), "LT")]
 
     def body(k: Value, perm: Value) -> list[Value]:
-        k_vec = _bcast_scalar(ctx, k, piv.shape)
-        is_k = e.compare(idx, k_vec, "EQ")
+        is_k_piv = e.compare(idx, _bcast_scalar(ctx, k, piv.shape), "EQ")
         target = e.binary(
-            "subtract", _pick(ctx, is_k, piv, r - 1), e.full(1, piv.shape[:-1], INDEX)
+            "subtract", _pick(ctx, is_k_piv, piv, r - 1), e.full(1, piv.shape[:-1], INDEX)
         )
-        is_t = e.compare(idx, _lead(ctx, target, piv.shape), "EQ")
-        perm_k = _lead(ctx, _pick(ctx, is_k, perm, r - 1), piv.shape)
-        perm_t = _lead(ctx, _pick(ctx, is_t, perm, r - 1), piv.shape)
+        is_k = e.compare(rows, _bcast_scalar(ctx, k, shape), "EQ")
+        is_t = e.compare(rows, _lead(ctx, target, shape), "EQ")
+        perm_k = _lead(ctx, _pick(ctx, is_k, perm, r - 1), shape)
+        perm_t = _lead(ctx, _pick(ctx, is_t, perm, r - 1), shape)
         perm = e.select(is_k, perm_t, e.select(is_t, perm_k, perm))
         return [e.binary("add", k, e.scalar(1, INDEX)), perm]
 
-    return e.while_([e.scalar(0, INDEX), idx], cond, body)[1]
+    return e.while_([e.scalar(0, INDEX), rows], cond, body)[1]
+
+
+def _lu_unpack_support(node) -> str | None:
+    lu = node.args[0].meta["val"]
+    if lu.dtype != torch.float32:
+        return f"dtype {lu.dtype} not supported"
+    flags = list(node.args[2:4]) + [node.kwargs.get(k) for k in ("unpack_data", "unpack_pivots")]
+    if any(f is False for f in flags):
+        return "only unpack_data=True, unpack_pivots=True is lowered"
+    return None
+
+
+@lowering(aten.lu_unpack.default, supports=_lu_unpack_support)
+def _lower_lu_unpack(
+    ctx: LoweringContext,
+    lu: Value,
+    piv: Value,
+    unpack_data: bool = True,
+    unpack_pivots: bool = True,
+) -> tuple[Value, Value, Value]:
+    """(P, L, U) with A = P L U: P[i, j] = (perm[j] == i), L the unit lower (m, k) part and U
+    the upper (k, n) part of the packed factors, k = min(m, n)."""
+    e = ctx.emit
+    r = lu.rank
+    m, n = lu.shape[-2:]
+    k = min(m, n)
+    batch = lu.shape[:-2]
+    perm = _perm_from_pivots(ctx, piv, m)
+    p_shape = (*batch, m, m)
+    perm_cols = e.broadcast_in_dim(perm, p_shape, [*range(r - 2), r - 1])
+    p = e.convert(e.compare(perm_cols, e.iota(p_shape, r - 2, INDEX), "EQ"), lu.dtype)
+    zero = [0] * r
+    low = e.slice(lu, zero, (*batch, m, k), [1] * r)
+    low = e.select(_triangle_mask(ctx, low.shape, True), low, ctx.full_like(0.0, low))
+    eye = e.compare(e.iota(low.shape, r - 2, INDEX), e.iota(low.shape, r - 1, INDEX), "EQ")
+    low = e.select(eye, ctx.full_like(1.0, low), low)
+    up = e.slice(lu, zero, (*batch, k, n), [1] * r)
+    up = e.select(_triangle_mask(ctx, up.shape, False), up, ctx.full_like(0.0, up))
+    return p, low, up
 
 
 def _lu_solve_support(node) -> str | None:
