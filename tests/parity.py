@@ -68,3 +68,26 @@ def assert_low_precision_grads(
         assert ours <= 2 * theirs + 8e-3, (
             f"grad of {name}: error vs float32 {ours:.2e}, eager bf16's {theirs:.2e}"
         )
+
+
+def assert_compiled_gradients_match(
+    fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor], **tol: Any
+) -> None:
+    """``fn`` through ``torch.compile(backend="neuron")``: output and every input gradient match
+    eager for a random cotangent, nothing fell back to the CPU, and exactly one forward and one
+    backward graph were compiled."""
+    ours = [x.clone().requires_grad_() for x in inputs]
+    theirs = [x.clone().requires_grad_() for x in inputs]
+    neuron_compile.clear_fallback_ops()
+    out = torch.compile(fn, backend="neuron")(*ours)
+    ref = fn(*theirs)
+    torch.testing.assert_close(out, ref, **tol)
+    cotangent = torch.randn_like(ref)
+    out.backward(cotangent)
+    ref.backward(cotangent)
+    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+        torch.testing.assert_close(
+            a.grad, b.grad, msg=lambda m, i=i: f"grad of input {i}: {m}", **tol
+        )
+    assert not neuron_compile.get_fallback_ops(), neuron_compile.get_fallback_ops()
+    assert graph_kinds() == ["forward", "backward"]

@@ -17,8 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import neuron_compile
-from tests.parity import graph_kinds
+from tests.parity import assert_compiled_gradients_match
 
 pytestmark = pytest.mark.filterwarnings("ignore:index_reduce\\(\\) is in beta")
 
@@ -265,33 +264,8 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Callable[[], torch.Tensor], ...
 }
 
 
-def _assert_no_fallback() -> None:
-    """Everything must have run through our lowering, not through an eager CPU fallback."""
-    get = getattr(neuron_compile, "get_fallback_ops", None)
-    if get is not None:  # the fallback API lands with the partitioner
-        assert not get(), f"ops fell back to the CPU: {get()}"
-    assert graph_kinds() == ["forward", "backward"]
-
-
 @pytest.mark.parametrize("name", list(CASES))
 def test_gradients_match_eager(name: str) -> None:
     fn, factories, tol = CASES[name]
     torch.manual_seed(0)
-    inputs = [make() for make in factories]
-    ours = [x.clone().requires_grad_() for x in inputs]
-    theirs = [x.clone().requires_grad_() for x in inputs]
-    clear = getattr(neuron_compile, "clear_fallback_ops", None)
-    if clear is not None:
-        clear()
-
-    out = torch.compile(fn, backend="neuron")(*ours)
-    ref = fn(*theirs)
-    torch.testing.assert_close(out, ref, **tol)
-    cotangent = torch.randn_like(ref)
-    out.backward(cotangent)
-    ref.backward(cotangent)
-    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-        torch.testing.assert_close(
-            a.grad, b.grad, msg=lambda m, i=i: f"grad of input {i}: {m}", **tol
-        )
-    _assert_no_fallback()
+    assert_compiled_gradients_match(fn, [make() for make in factories], **tol)

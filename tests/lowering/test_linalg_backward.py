@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-import neuron_compile
-from tests.parity import graph_kinds
+from tests.parity import assert_compiled_gradients_match
 
 TOL = {"rtol": 1e-4, "atol": 1e-4}
 
@@ -54,24 +53,4 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Callable[[], torch.Tensor], ...
 def test_linalg_gradients_match_eager(name: str) -> None:
     fn, factories = CASES[name]
     torch.manual_seed(0)
-    inputs = [make() for make in factories]
-    ours = [x.clone().requires_grad_() for x in inputs]
-    theirs = [x.clone().requires_grad_() for x in inputs]
-    clear = getattr(neuron_compile, "clear_fallback_ops", None)
-    if clear is not None:
-        clear()
-
-    out = torch.compile(fn, backend="neuron")(*ours)
-    ref = fn(*theirs)
-    torch.testing.assert_close(out, ref, **TOL)
-    cotangent = torch.randn_like(ref)
-    out.backward(cotangent)
-    ref.backward(cotangent)
-    for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-        torch.testing.assert_close(
-            a.grad, b.grad, msg=lambda m, i=i: f"grad of input {i}: {m}", **TOL
-        )
-    get = getattr(neuron_compile, "get_fallback_ops", None)
-    if get is not None:
-        assert not get(), f"ops fell back to the CPU: {get()}"
-    assert graph_kinds() == ["forward", "backward"]
+    assert_compiled_gradients_match(fn, [make() for make in factories], **TOL)
