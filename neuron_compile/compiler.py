@@ -124,16 +124,17 @@ class CompiledGraph:
         return outs
 
 
-def _warn_downcasts(name: str, lowered: LoweredGraph, cfg: NeuronConfig) -> None:
-    if not lowered.downcasts:
+def _warn_downcasts(name: str, downcasts: list[str], cfg: NeuronConfig) -> None:
+    """One warning (or NC104 error) per graph, covering every compiled region of it."""
+    if not downcasts:
         return
     if cfg.sixty_four_bit == "error":
         raise DtypePolicyError(
-            f"graph {name} has 64-bit inputs: {'; '.join(lowered.downcasts)}",
+            f"graph {name} has 64-bit inputs: {'; '.join(downcasts)}",
             hint="convert inputs to float32/int32, or use options={'sixty_four_bit': 'downcast'}",
         )
-    floats = [d for d in lowered.downcasts if "float64" in d]
-    ints = [d for d in lowered.downcasts if "int64" in d]
+    floats = [d for d in downcasts if "float64" in d]
+    ints = [d for d in downcasts if "int64" in d]
     parts = []
     if floats:
         parts.append(f"float64 inputs as float32 ({'; '.join(floats)})")
@@ -147,7 +148,7 @@ def _warn_downcasts(name: str, lowered: LoweredGraph, cfg: NeuronConfig) -> None
         DowncastWarning,
         stacklevel=2,
     )
-    log.info("graph %s: 64-bit inputs narrowed: %s", name, "; ".join(lowered.downcasts))
+    log.info("graph %s: 64-bit inputs narrowed: %s", name, "; ".join(downcasts))
 
 
 def _verify(lowered: LoweredGraph) -> None:
@@ -197,6 +198,7 @@ def compile_graph(
         runner.count_calls = True
     else:
         runner = _compile_with_fallback(gm, name, kind, cfg, record)
+    _warn_downcasts(name, record.downcasts, cfg)
     add_record(record)
     log.debug(
         "compiled %s: %d nodes, lowering %.1f ms, verify %.1f ms, executor %.1f ms%s",
@@ -250,7 +252,6 @@ def _compile_region(
     t1 = time.perf_counter()
     lowered = lower_graph(gm)
     t2 = time.perf_counter()
-    _warn_downcasts(name, lowered, cfg)
     if cfg.verify:
         _verify(lowered)
     try:

@@ -102,3 +102,16 @@ def test_data_dependent_shapes_stay_on_the_cpu():
     assert record.regions >= 1 and "aten.nonzero.default" in record.fallback_ops
     # size plumbing (sym_size, operator.ge, _assert_scalar) runs eagerly but is not reported
     assert all(op.startswith("aten.") and "sym_" not in op for op in record.fallback_ops)
+
+
+def test_partitioned_graph_warns_about_downcasts_once():
+    from neuron_compile.compiler import DowncastWarning
+
+    model = ScanNet().double()
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = torch.compile(model, backend="neuron")(torch.randn(5, 8, dtype=torch.float64))
+    assert out.dtype == torch.float64
+    downcasts = [w for w in caught if issubclass(w.category, DowncastWarning)]
+    assert len(downcasts) == 1, [str(w.message) for w in downcasts]  # one per graph, not per region
+    assert neuron_compile.metrics()[0].regions == 2
