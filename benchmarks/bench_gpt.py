@@ -136,9 +136,9 @@ def _device_inputs(graph: CompiledGraph, args: list[Any]) -> list[Any]:
     original = exe_type.__call__
     marshalled: list[torch.Tensor] = []
 
-    def spy(self: Any, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def spy(self: Any, inputs: list[torch.Tensor], *rest: Any) -> list[torch.Tensor]:
         marshalled.extend(inputs)
-        return original(self, inputs)
+        return original(self, inputs, *rest)
 
     exe_type.__call__ = spy
     try:

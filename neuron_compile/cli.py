@@ -1,4 +1,4 @@
-"""``neuron-compile`` command line: ``info``, ``ops`` and ``buckets plan``."""
+"""``neuron-compile`` command line: ``info``, ``ops``, ``buckets plan`` and ``cache ...``."""
 
 from __future__ import annotations
 
@@ -161,7 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan.add_argument("--cost", choices=("linear", "attention"), default="linear")
     plan.add_argument("--plot", metavar="PNG", help="draw waste vs K (needs matplotlib)")
     plan.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
+    from .cache.cli import add_cache_parser
+
+    add_cache_parser(sub)  # `neuron-compile cache ...`: ls, du, verify, prune, export, import, ...
     args = parser.parse_args(argv)
+
+    if args.command == "cache":
+        return args.cache_run(args, args.json)
 
     if args.command == "buckets":
         if args.max_buckets < 1 or args.align < 1:

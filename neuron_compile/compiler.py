@@ -7,6 +7,7 @@ callee so inputs can be freed early).
 from __future__ import annotations
 
 import logging
+import re
 import time
 import warnings
 from collections import Counter
@@ -18,7 +19,10 @@ import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from . import artifact as artifact_mod
-from .cache import artifact_key, executable_cache
+from .cache import executable_cache
+from .cache.key import CacheKey, executable_key, graph_key
+from .cache.store import DiskCache
+from .cache.tiers import disk_cache
 from .config import NeuronConfig
 from .dump import dump_graph
 from .errors import BUG_HINT, DtypePolicyError, ExecutorError, UnsupportedOpError, VerifierError
@@ -32,6 +36,10 @@ from .passes import PIPELINE, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
 
 log = logging.getLogger(__name__)
+
+ARTIFACT_FILE = "artifact"
+EXECUTABLE_FILE = "executable.xla_cpu"
+_FRAME_ID = re.compile(r"_\d+_(forward|backward|inference)_")
 
 
 class DowncastWarning(UserWarning):
@@ -199,6 +207,7 @@ def compile_graph(
     else:
         runner = _compile_with_fallback(gm, name, kind, cfg, record)
     _warn_downcasts(name, record.downcasts, cfg)
+    record.backend_s = time.perf_counter() - t0
     add_record(record)
     log.debug(
         "compiled %s: %d nodes, lowering %.1f ms, verify %.1f ms, executor %.1f ms%s",
@@ -245,37 +254,118 @@ def _compile_with_fallback(
     return FallbackRunner(fused, reasons, record)
 
 
-def _compile_region(
-    gm: fx.GraphModule, name: str, kind: str, cfg: NeuronConfig, record: GraphRecord
-) -> CompiledGraph:
-    """Lower, verify, serialize and load one fully supported graph; add its times to ``record``."""
-    t1 = time.perf_counter()
-    lowered = lower_graph(gm)
-    t2 = time.perf_counter()
-    if cfg.verify:
-        _verify(lowered)
+def _artifact(
+    lowered: LoweredGraph,
+    key: CacheKey,
+    name: str,
+    cfg: NeuronConfig,
+    record: GraphRecord,
+    disk: DiskCache | None,
+) -> bytes:
+    """The verified, serialized artifact of ``lowered``: from the disk cache, or built (and
+    stored, so the next process skips verify and serialize)."""
+    components = key.components()
+    # Graph names carry a per-process frame counter ({model}_{id}_{kind}_{n}); the cache's name
+    # drops it, so a miss is compared with the same graph of earlier runs of any script order.
+    cache_name = _FRAME_ID.sub(r"_\1_", name)
+
+    def build() -> dict[str, bytes]:
+        if disk is not None:  # a miss: say why before this graph's entry exists
+            record.cache_miss = disk.explain_miss(cache_name, components) or [
+                f"first compile of {cache_name}"
+            ]
+        t = time.perf_counter()
+        if cfg.verify:
+            _verify(lowered)
+        try:
+            art = artifact_mod.serialize(lowered.text, cfg.artifact)
+        except (
+            Exception
+        ) as e:  # reachable with verify=False: the verifier would have named the line
+            raise VerifierError(
+                f"could not serialize graph {name}: {type(e).__name__}: {e}",
+                hint=BUG_HINT + "; rerun with verify enabled to locate the op",
+            ) from e
+        record.verify_s += time.perf_counter() - t
+        return {ARTIFACT_FILE: art, "module.stablehlo.mlir": lowered.text.encode()}
+
+    if disk is None:
+        record.cache_source = "off"
+        return build()[ARTIFACT_FILE]
+    files, record.cache_source = disk.get_or_create(
+        key.digest(), build, graph_name=cache_name, components=components
+    )
+    return files[ARTIFACT_FILE]
+
+
+def _executable(art: bytes, key: CacheKey, name: str, disk: DiskCache | None) -> XlaCpuExecutable:
+    """The XLA CPU executable of ``art``: this host's disk entry, or compiled (and stored).
+
+    Executables are host-specific (CPU features are in their key), never exported or promoted,
+    and not locked per key: an XLA CPU compile takes seconds, so two processes racing on one both
+    compile and the second publish is dropped; the expensive, shared entry is the artifact.
+    """
+    exe_key = executable_key(key, "xla_cpu")
+    digest = exe_key.digest()
+    entry = disk.get(digest) if disk is not None else None
+    if entry is not None and entry.manifest.get("meta", {}).get("local_only"):
+        try:
+            return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE))
+        except Exception as e:  # an executable this jaxlib cannot load: rebuild it
+            log.warning("graph %s: cached executable unusable (%s); recompiling", name, e)
+    t = time.perf_counter()
     try:
-        art = artifact_mod.serialize(lowered.text, cfg.artifact)
-    except Exception as e:  # reachable with verify=False: the verifier would have named the line
-        raise VerifierError(
-            f"could not serialize graph {name}: {type(e).__name__}: {e}",
-            hint=BUG_HINT + "; rerun with verify enabled to locate the op",
-        ) from e
-    t3 = time.perf_counter()
-    try:
-        executable, hit = executable_cache.get_or_create(
-            artifact_key(art, "xla_cpu"), lambda: XlaCpuExecutable(art)
-        )
+        exe = XlaCpuExecutable(art)
     except Exception as e:
         raise ExecutorError(
             f"XLA CPU failed to compile graph {name}: {type(e).__name__}: {e}", hint=BUG_HINT
         ) from e
-    t4 = time.perf_counter()
+    seconds = time.perf_counter() - t
+    if disk is not None:
+        try:
+            blob = exe.serialize()
+        except Exception as e:  # pragma: no cover - depends on the jaxlib release
+            log.debug("cannot serialize the XLA executable of %s: %s", name, e)
+        else:
+            disk.put(
+                digest,
+                {EXECUTABLE_FILE: blob},
+                graph_name=_FRAME_ID.sub(r"_\1_", name) + ".executable",
+                components=exe_key.components(),
+                compile_seconds=seconds,
+                meta={"local_only": True},
+            )
+    return exe
+
+
+def _compile_region(
+    gm: fx.GraphModule, name: str, kind: str, cfg: NeuronConfig, record: GraphRecord
+) -> CompiledGraph:
+    """Lower one fully supported graph, then get its artifact and executable from the cache
+    tiers (memory -> disk -> remote) or build them (verify, serialize, XLA compile)."""
+    t1 = time.perf_counter()
+    lowered = lower_graph(gm)
+    t2 = time.perf_counter()
     record.lowering_s += t2 - t1
-    record.verify_s += t3 - t2
-    record.executor_compile_s += t4 - t3
-    record.executor_cache_hit = hit
     record.downcasts += lowered.downcasts
+    key = graph_key(
+        lowered.text,
+        io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
+        artifact_form=cfg.artifact,
+    )
+    record.cache_key = key.digest()
+    disk = disk_cache()
+
+    def build() -> tuple[bytes, XlaCpuExecutable]:
+        art = _artifact(lowered, key, name, cfg, record, disk)
+        t = time.perf_counter()
+        exe = _executable(art, key, name, disk)
+        record.executor_compile_s += time.perf_counter() - t
+        return art, exe
+
+    (art, executable), record.executor_cache_hit = executable_cache.get_or_create(key, build)
+    if record.executor_cache_hit:
+        record.cache_source = "memory"
     record.artifact_bytes += len(art)
     if cfg.dump_dir:
         meta = {

@@ -14,7 +14,8 @@ log = logging.getLogger(__name__)
 
 
 def versions() -> dict[str, str]:
-    import jax
+    from importlib import metadata
+
     import jaxlib
     import torch
 
@@ -24,7 +25,7 @@ def versions() -> dict[str, str]:
     return {
         "neuron_compile": __version__,
         "torch": torch.__version__,
-        "jax": jax.__version__,
+        "jax": metadata.version("jax"),
         "jaxlib": jaxlib.__version__,
         "stablehlo": stablehlo_version(),
     }

@@ -14,6 +14,10 @@ and are reported next to ours, never instead of them.
 | NC201 | DynamicShapeError   | symbolic shapes requested (``dynamic=True`` / mark_dynamic)    |
 | NC202 | RecompileLimitError | ``max_recompiles`` exceeded, or a recompile in strict mode     |
 | NC301 | ExecutorError       | the XLA CPU executor failed to compile or run an artifact      |
+| NC401 | CacheMissError      | strict mode (NEURON_COMPILE_CACHE_ONLY=1) hit a cache miss     |
+| NC402 | CachedCompileFailure | this key failed to compile before; the failure is cached      |
+| NC403 | CacheBundleError    | a cache bundle failed validation (paths, checksums, schema)    |
+| NC404 | CacheUnsafeError    | cache dir writable by others / not ours (warned, not raised)   |
 """
 
 from __future__ import annotations
@@ -136,3 +140,77 @@ class ExecutorError(NeuronCompileError):
 
 class RegistryError(RuntimeError):
     """A lowering registered twice: raised at import time, never seen by users."""
+
+
+class CacheError(NeuronCompileError):
+    """Base of the on-disk cache errors (``neuron_compile/cache/store.py``)."""
+
+    code = "NC400"
+
+
+class CacheMissError(CacheError):
+    code = "NC401"
+
+    @classmethod
+    def for_key(
+        cls,
+        key: str,
+        *,
+        graph_name: str,
+        components: dict[str, str],
+        explanation: list[str],
+        root: str,
+    ) -> CacheMissError:
+        listed = "".join(f"\n    {name} = {value}" for name, value in sorted(components.items()))
+        reason = (
+            "nearest entry of this graph differs in: " + "; ".join(explanation)
+            if explanation
+            else f"no entry for graph {graph_name!r} in {root}"
+        )
+        return cls(
+            f"cache miss for graph {graph_name!r} (key {key[:16]}) in strict mode "
+            f"(NEURON_COMPILE_CACHE_ONLY=1)\n  key components:{listed}",
+            reason=reason,
+            hint="warm the cache with a run without NEURON_COMPILE_CACHE_ONLY, or "
+            "`neuron-compile cache import BUNDLE` a bundle exported where it was compiled",
+            key=key,
+            graph_name=graph_name,
+            components=dict(components),
+            explanation=list(explanation),
+        )
+
+
+class CachedCompileFailure(CacheError):
+    code = "NC402"
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any], *, retry_at: float) -> CachedCompileFailure:
+        import time
+
+        def when(t: float) -> str:
+            return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+        first = (record.get("message") or "").splitlines()
+        return cls(
+            f"graph {record.get('graph_name')!r} (key {str(record.get('key'))[:16]}) failed to "
+            f"compile at {when(float(record.get('created', 0)))}: "
+            f"{record.get('error_type')}: {first[0] if first else ''}",
+            reason=f"the failure is cached; it is retried automatically after {when(retry_at)} "
+            "or when the compiler version or flags change",
+            hint="retry now with NEURON_COMPILE_CACHE_RETRY_FAILED=1 (DiskCache(retry_failed=True))"
+            " or `neuron-compile cache clear --failures`",
+            key=record.get("key"),
+            graph_name=record.get("graph_name"),
+            error_type=record.get("error_type"),
+            fingerprint=record.get("fingerprint"),
+            message=record.get("message"),
+            retry_at=retry_at,
+        )
+
+
+class CacheBundleError(CacheError, ValueError):
+    code = "NC403"
+
+
+class CacheUnsafeError(CacheError):
+    code = "NC404"

@@ -25,8 +25,14 @@ class GraphRecord:
     passes_s: float = 0.0
     lowering_s: float = 0.0
     verify_s: float = 0.0  # parse + verify + serialize
-    executor_compile_s: float = 0.0
-    executor_cache_hit: bool = False
+    executor_compile_s: float = 0.0  # XLA compile, or loading a cached executable
+    backend_s: float = 0.0  # graph handed to our compiler -> runnable callable, everything included
+    executor_cache_hit: bool = False  # the executable came from the in-process LRU
+    #: Where the artifact came from: ``memory``, ``disk``, ``remote``, ``compiled`` (a miss, now
+    #: stored), ``uncached`` (a miss the cache could not store) or ``off`` (cache disabled).
+    cache_source: str = ""
+    cache_key: str = ""
+    cache_miss: list[str] = field(default_factory=list)  # why the disk lookup missed
     calls: int = 0
     recompile: bool = False  # a new static specialization of an already compiled frame
     downcasts: list[str] = field(default_factory=list)
@@ -50,10 +56,22 @@ def add_record(record: GraphRecord) -> None:
         _RECORDS.append(record)
 
 
-def metrics() -> list[GraphRecord]:
-    """Records of every graph compiled since the last ``reset_metrics()``, oldest first."""
+class Metrics(list):
+    """``list[GraphRecord]`` plus ``cache``: the compilation cache's counters (hits and misses
+    per tier, bytes read and written, compile seconds saved) over the same period."""
+
+    cache: dict
+
+
+def metrics() -> Metrics:
+    """Records of every graph compiled since the last ``reset_metrics()``, oldest first, with
+    the cache counters of that period in ``.cache``."""
+    from .cache.tiers import cache_stats
+
     with _lock:
-        return list(_RECORDS)
+        out = Metrics(_RECORDS)
+    out.cache = cache_stats()
+    return out
 
 
 @dataclass
@@ -109,11 +127,13 @@ def bucket_metrics() -> list[BucketRecord]:
 
 
 def reset_metrics() -> None:
-    """Clear graph records, bucket records, recompile counts and events; warm-up (strict mode)
-    starts again."""
+    """Clear graph records, bucket records, recompile counts and events and the cache counters;
+    warm-up (strict mode) starts again."""
+    from .cache.tiers import reset_cache_stats
     from .shapes import reset_recompiles
 
     with _lock:
         _RECORDS.clear()
         _BUCKETS.clear()
     reset_recompiles()
+    reset_cache_stats()

@@ -29,10 +29,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    """Every test starts with an empty Dynamo cache and metrics, so compile counts are its own."""
+def _fresh_dynamo(tmp_path_factory, monkeypatch):
+    """Every test starts with an empty Dynamo cache, disk cache and metrics, so compile counts
+    are its own and nothing is written under ~/.cache. (The in-process executable LRU is kept:
+    it only saves XLA compiles of identical graphs.)"""
     import neuron_compile
 
+    monkeypatch.setenv("NEURON_COMPILE_CACHE_DIR", str(tmp_path_factory.mktemp("nc-cache")))
     torch._dynamo.reset()
     neuron_compile.reset_metrics()
     yield

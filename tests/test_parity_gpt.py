@@ -129,7 +129,10 @@ def test_backward_has_no_cpu_flash_attention_and_dumps_are_complete(model, batch
         meta = json.loads((d / "meta.json").read_text())
         assert meta["inputs"] and all("shape" in s and "dtype" in s for s in meta["inputs"])
         assert meta["timings"]["lowering_s"] > 0
-        assert meta["timings"]["executor_compile_s"] > 0
+        # An identical graph compiled earlier in this process reuses its executable.
+        timings = meta["timings"]
+        assert timings["cache_source"] == "memory" or timings["executor_compile_s"] > 0
+        assert len(timings["cache_key"]) == 64
         assert {"torch", "jaxlib", "stablehlo"} <= meta["versions"].keys()
         assert meta["versions"]["torch"] == torch.__version__
 

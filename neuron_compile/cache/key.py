@@ -1,12 +1,28 @@
-"""Cache keys built from named components, so a miss can be explained component by component."""
+"""Cache keys built from named components, so a miss can be explained component by component.
+
+A graph's key names everything that decides what the compiler produces from it, and nothing
+else: weights are graph inputs (never in the key), and device index, rank, hostname, working
+directory and source locations never enter it, so two ranks on two hosts share entries.
+"""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
+import platform
+import re
+import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
 
 SCHEMA_VERSION = 1  # bump to orphan every old entry
+
+#: Environment variable whose flags are handed to neuronx-cc (documented by AWS); part of the key.
+NEURON_CC_FLAGS = "NEURON_CC_FLAGS"
 
 
 @dataclass(frozen=True)
@@ -16,10 +32,16 @@ class CacheKey:
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.parts).encode()).hexdigest()
 
+    def components(self) -> dict[str, str]:
+        return dict(self.parts)
+
     def explain(self, other: CacheKey) -> list[str]:
         """Names of the components that differ between two keys (why a lookup missed)."""
         mine, theirs = dict(self.parts), dict(other.parts)
         return sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+
+    def extend(self, **more: str) -> CacheKey:
+        return CacheKey(self.parts + tuple(sorted(more.items())))
 
 
 def artifact_key(artifact: bytes, executor: str) -> CacheKey:
@@ -31,3 +53,130 @@ def artifact_key(artifact: bytes, executor: str) -> CacheKey:
             ("artifact", hashlib.sha256(artifact).hexdigest()),
         )
     )
+
+
+_LOC = re.compile(r"\s*loc\((?:[^()]|\([^()]*\))*\)")
+_LOC_ALIAS = re.compile(r"^#loc\d*\s*=.*$\n?", re.MULTILINE)
+
+
+def strip_locations(text: str) -> str:
+    """Drop MLIR source locations (``loc(...)`` and ``#loc`` aliases): editing a comment above
+    the model must not invalidate a multi-hour neuronx-cc compile."""
+    return _LOC.sub("", _LOC_ALIAS.sub("", text))
+
+
+def _sha(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def package_source_hash() -> str:
+    """sha256 over this package's own Python sources (relative path + bytes, sorted): any change
+    to a lowering rule or pass must miss, even without a version bump."""
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _dist_version(name: str) -> str:
+    """Installed version of a distribution, ``absent`` without it. The PyPI placeholders of
+    neuronx-cc / nki (``WRONG PACKAGE``) carry version 0.0.x; they stay distinguishable."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+@functools.lru_cache(maxsize=1)
+def toolchain_versions() -> dict[str, str]:
+    import jaxlib
+    import torch
+
+    from ..artifact import stablehlo_version
+
+    return {
+        "torch": torch.__version__,
+        "jax": _dist_version("jax"),  # not ``import jax``: ~0.5 s we never otherwise pay
+        "jaxlib": jaxlib.__version__,
+        "stablehlo": stablehlo_version(),
+        "neuronx-cc": _dist_version("neuronx-cc"),
+        "nki": _dist_version("nki"),
+    }
+
+
+def canonical_flags(flags: str | Iterable[str] | None) -> str:
+    """Compiler flags in one canonical spelling: ``--a=1 --b`` and ``--b  --a 1`` are equal.
+
+    Flags are order-insensitive for neuronx-cc except repeated ones, whose relative order is kept.
+    """
+    words = shlex.split(flags) if isinstance(flags, str) else list(flags or ())
+    pairs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("-") and "=" in word:
+            name, value = word.split("=", 1)
+        elif word.startswith("-") and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            name, value = word, words[i + 1]
+            i += 1
+        else:
+            name, value = word, ""
+        pairs.append((name, value))
+        i += 1
+    pairs.sort(key=lambda p: p[0])  # stable: repeated flags keep their order
+    return " ".join(f"{n}={v}" if v else n for n, v in pairs)
+
+
+def graph_key(
+    module_text: str,
+    *,
+    io_specs: object,
+    artifact_form: str,
+    target: str = "cpu",
+    lnc: str = "-",
+    flags: str | None = None,
+    replica_groups: object = (),
+) -> CacheKey:
+    """Key of one lowered graph's artifacts: what neuronx-cc (or XLA) would compile.
+
+    ``io_specs`` is any JSON-able description of inputs and outputs (shapes, dtypes, which
+    outputs alias inputs). ``flags`` defaults to ``$NEURON_CC_FLAGS``.
+    """
+    if flags is None:
+        flags = os.environ.get(NEURON_CC_FLAGS, "")
+    parts = {
+        "schema": str(SCHEMA_VERSION),
+        "package": package_source_hash(),
+        **toolchain_versions(),
+        "target": target,
+        "lnc": lnc,
+        "flags": canonical_flags(flags),
+        "artifact_form": artifact_form,
+        "module": _sha(strip_locations(module_text)),
+        "io": _sha(json.dumps(io_specs, sort_keys=True, default=str)),
+        "replica_groups": json.dumps(replica_groups, default=list),
+    }
+    return CacheKey(tuple(parts.items()))
+
+
+@functools.lru_cache(maxsize=1)
+def host_fingerprint() -> str:
+    """CPU architecture and feature flags: an XLA CPU executable is compiled for the host's ISA
+    extensions and is only reused on a machine that has the same ones."""
+    flags = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                break
+    except OSError:
+        pass
+    return _sha(f"{platform.machine()}|{flags}")[:16]
+
+
+def executable_key(graph: CacheKey, executor: str) -> CacheKey:
+    """Key of a host-specific executable compiled from the artifacts under ``graph``."""
+    return graph.extend(executor=executor, host=host_fingerprint())

@@ -19,10 +19,12 @@ log = logging.getLogger(__name__)
 
 @lru_cache(maxsize=1)
 def _client():
-    from jax.extend import backend as jax_backend
+    """Our own XLA CPU client, straight from jaxlib: ``import jax`` (for ``jax.extend``'s shared
+    backend) costs ~0.5 s of every cold and warm start and buys nothing here. A process that also
+    uses JAX simply has two CPU clients; tensors cross between them through dlpack anyway."""
     from jaxlib import xla_client
 
-    backend = jax_backend.get_backend("cpu")
+    backend = xla_client.make_cpu_client()
     device = backend.devices()[0]
     return backend, device, xla_client.DeviceList((device,)), xla_client
 
@@ -49,7 +51,7 @@ def _importer() -> Callable[[torch.Tensor], Any]:
     """
     _, device, _, _ = _client()
     try:
-        from jax._src.lib import _jax
+        from jaxlib import _jax
 
         raw = _jax.dlpack_managed_tensor_to_buffer
         capsule = torch._C._to_dlpack
@@ -79,7 +81,7 @@ def _exporter() -> Callable[[Any], torch.Tensor]:
     ``__dlpack__``. Falls back when a release renames it.
     """
     try:
-        from jax._src.lib import _jax
+        from jaxlib import _jax
 
         raw = _jax.buffer_to_dlpack_managed_tensor
         from_capsule = torch._C._from_dlpack
@@ -128,11 +130,34 @@ class XlaCpuExecutable:
     contiguous (``CompiledGraph`` guarantees it).
     """
 
-    def __init__(self, artifact: bytes) -> None:
+    def __init__(self, artifact: bytes | None = None, *, serialized: bytes | None = None) -> None:
+        """Compile ``artifact``, or load ``serialized`` (bytes from ``serialize()`` of an
+        executable built by this jaxlib on a host with the same CPU features). Loading runs
+        native code from those bytes: only pass bytes this machine's own cache wrote."""
         backend, _, devices, xla_client = _client()
-        self._exe = backend.compile_and_load(artifact, devices, xla_client.CompileOptions())
-        self._import = _importer()
-        self._export = _exporter()
+        if serialized is not None:
+            self._exe = backend.deserialize_executable(
+                serialized, devices, xla_client.CompileOptions()
+            )
+        elif artifact is not None:
+            self._exe = backend.compile_and_load(artifact, devices, xla_client.CompileOptions())
+        else:
+            raise TypeError("XlaCpuExecutable needs an artifact or a serialized executable")
+
+    # The dlpack bridges are resolved on first use, not at load: they create jax.Array objects,
+    # and the first one imports jax (~0.5 s), which a compile-only process never needs.
+    @property
+    def _import(self) -> Callable[[torch.Tensor], Any]:
+        return _importer()
+
+    @property
+    def _export(self) -> Callable[[Any], torch.Tensor]:
+        return _exporter()
+
+    def serialize(self) -> bytes:
+        """The compiled executable as bytes (for the on-disk cache)."""
+        backend, _, _, _ = _client()
+        return bytes(backend.serialize_executable(self._exe))
 
     def _to_xla(self, slots: list[Any] | None, slot: int, t: torch.Tensor) -> Any:
         ptr = t.data_ptr()

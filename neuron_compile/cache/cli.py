@@ -1,0 +1,197 @@
+"""``neuron-compile cache ...``: inspect and maintain the on-disk compilation cache.
+
+Subcommands: ls, du, verify, prune, clear, export, import, explain, promote. Each takes ``--json``
+and ``--dir`` (default: ``$NEURON_COMPILE_CACHE_DIR`` or ``~/.cache/neuron-compile``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .store import DiskCache, describe_diff
+
+_DAY = 86400.0
+
+
+def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register ``cache`` on an ``add_subparsers()`` object; dispatch with ``run(args)``."""
+    cache = sub.add_parser(
+        "cache",
+        help="inspect and maintain the on-disk compilation cache",
+        description="Inspect and maintain the on-disk compilation cache.",
+    )
+    csub = cache.add_subparsers(dest="cache_command", required=True)
+    cmds = {
+        "ls": "list entries",
+        "du": "disk usage",
+        "verify": "check every checksum (exit 1 if any entry is bad)",
+        "prune": "remove entries by age of last access or by old component versions",
+        "clear": "remove every entry and failure record",
+        "export": "write a portable bundle of entries",
+        "import": "validate and install a bundle",
+        "explain": "show an entry's key components and how it differs from its nearest sibling",
+        "promote": "copy local entries to the remote tier",
+    }
+    parsers = {
+        name: csub.add_parser(name, help=text, description=text) for name, text in cmds.items()
+    }
+    for p in parsers.values():
+        p.add_argument("--dir", type=Path, help="cache root (default: from the environment)")
+        p.add_argument(
+            "--remote", type=Path, help="remote tier (default: $NEURON_COMPILE_REMOTE_CACHE)"
+        )
+        p.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
+        p.set_defaults(cache_run=run)
+    parsers["verify"].add_argument(
+        "--quarantine", action="store_true", help="move bad entries aside"
+    )
+    prune = parsers["prune"]
+    prune.add_argument("--older-than", type=float, metavar="DAYS", help="not accessed for DAYS")
+    prune.add_argument(
+        "--keep",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="drop entries whose component NAME is not VALUE (e.g. neuronx_cc=2.28.7)",
+    )
+    parsers["clear"].add_argument("--failures", action="store_true", help="only failure records")
+    parsers["export"].add_argument("keys", nargs="+", help="keys (or unique prefixes)")
+    parsers["export"].add_argument("-o", "--output", type=Path, required=True, help="bundle path")
+    parsers["import"].add_argument("bundle", type=Path)
+    parsers["explain"].add_argument("key", help="key (or unique prefix)")
+    parsers["promote"].add_argument("keys", nargs="*", help="keys (default: all)")
+    return cache
+
+
+def _open(args: argparse.Namespace) -> DiskCache:
+    env = DiskCache.from_env()
+    if args.dir is None and env is None:
+        raise SystemExit("neuron-compile: the cache is disabled (NEURON_COMPILE_CACHE_DIR=off)")
+    root = args.dir if args.dir is not None else env.root  # type: ignore[union-attr]
+    remote = args.remote if args.remote is not None else (env.remote if env else None)
+    kwargs: dict[str, Any] = {}
+    if env is not None:
+        kwargs = {
+            "max_bytes": env.max_bytes,
+            "allow_shared_writable": env.allow_shared_writable,
+            "failure_ttl": env.failure_ttl,
+        }
+    return DiskCache(root, remote=remote, **kwargs)
+
+
+def _resolve(cache: DiskCache, prefix: str) -> str:
+    keys = [e.key for e in cache.entries() if e.key.startswith(prefix)]
+    keys += [p.stem for p in cache._failure_files() if p.stem.startswith(prefix)]
+    keys = sorted(set(keys))
+    if len(keys) != 1:
+        raise SystemExit(f"neuron-compile: {prefix!r} matches {len(keys)} cache keys")
+    return keys[0]
+
+
+def _explain(cache: DiskCache, key: str) -> dict[str, Any]:
+    entries = cache.entries()
+    mine = next((e for e in entries if e.key == key), None)
+    failure = cache.failure(key)
+    if mine is None and failure is None:
+        return {"key": key, "status": "unknown", "explain": []}
+    graph = mine.graph_name if mine else failure["graph_name"]  # type: ignore[index]
+    comps = mine.components if mine else failure["components"]  # type: ignore[index]
+    best: tuple[int, str, list[str]] | None = None
+    for other in entries:
+        if other.key != key and other.graph_name == graph:
+            lines = describe_diff(other.components, comps)
+            if best is None or len(lines) < best[0]:
+                best = (len(lines), other.key, lines)
+    return {
+        "key": key,
+        "status": "entry" if mine else "failure",
+        "graph_name": graph,
+        "components": comps,
+        "failure": failure,
+        "nearest": best[1] if best else None,
+        "explain": best[2] if best else [],
+    }
+
+
+def run(args: argparse.Namespace, as_json: bool = False) -> int:
+    """Execute a parsed ``cache`` subcommand; returns the exit code."""
+    as_json = as_json or args.json_out
+    cache = _open(args)
+    cmd = args.cache_command
+    code = 0
+    result: Any
+    try:
+        if cmd == "ls":
+            result = {"root": str(cache.root), "entries": [e.summary() for e in cache.entries()]}
+        elif cmd == "du":
+            entries = cache.entries()
+            result = {"root": str(cache.root), "entries": len(entries), "bytes": cache.du()}
+            result["max_bytes"] = cache.max_bytes
+        elif cmd == "verify":
+            problems = cache.verify(quarantine=args.quarantine)
+            result = {"root": str(cache.root), "ok": not problems, "problems": problems}
+            code = 1 if problems else 0
+        elif cmd == "prune":
+            keep = dict(item.split("=", 1) for item in args.keep)
+            older = args.older_than * _DAY if args.older_than is not None else None
+            result = {"removed": cache.prune(older_than=older, keep_component=keep or None)}
+        elif cmd == "clear":
+            result = {"removed": cache.clear(failures_only=args.failures)}
+        elif cmd == "export":
+            keys = [_resolve(cache, k) for k in args.keys]
+            result = {"bundle": str(cache.export(keys, args.output)), "keys": keys}
+        elif cmd == "import":
+            result = {"imported": cache.import_bundle(args.bundle)}
+        elif cmd == "explain":
+            result = _explain(cache, _resolve(cache, args.key))
+        else:
+            keys = [_resolve(cache, k) for k in args.keys] or None
+            result = {"promoted": cache.promote(keys), "remote": str(cache.remote)}
+    except (OSError, ValueError) as exc:  # CacheBundleError is a ValueError
+        print(f"neuron-compile: {exc}", file=sys.stderr)
+        return 2
+    if as_json:
+        json.dump(result, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        _print(cmd, result)
+    return code
+
+
+def _print(cmd: str, result: dict[str, Any]) -> None:
+    if cmd == "ls":
+        for e in result["entries"]:
+            print(
+                f"{e['key'][:16]}  {e['size']:>12,}  {e['compile_seconds']:8.1f}s  {e['graph_name']}"
+            )
+        print(f"{len(result['entries'])} entries in {result['root']}")
+    elif cmd == "du":
+        print(
+            f"{result['bytes']:,} bytes in {result['entries']} entries (max {result['max_bytes']:,})"
+        )
+    elif cmd == "verify":
+        for p in result["problems"]:
+            print(f"{p['key'][:16]}  {p['problem']}")
+        print("ok" if result["ok"] else f"{len(result['problems'])} bad entries")
+    elif cmd == "explain":
+        print(f"key {result['key']}: {result['status']}")
+        for name, value in sorted((result.get("components") or {}).items()):
+            print(f"  {name} = {value}")
+        if result.get("nearest"):
+            print(f"differs from nearest entry {result['nearest'][:16]} in:")
+            print("\n".join(f"  {line}" for line in result["explain"]) or "  nothing")
+    else:
+        print(json.dumps(result, default=str))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry (``neuron-compile cache`` normally goes through ``neuron_compile.cli``)."""
+    parser = argparse.ArgumentParser(prog="neuron-compile")
+    add_cache_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["cache", *(argv if argv is not None else sys.argv[1:])])
+    return run(args)

@@ -1,0 +1,329 @@
+"""Listing and maintenance of a ``DiskCache``: eviction, prune, clear, verify, promote, bundles.
+
+A mixin so the public API stays on ``DiskCache`` while ``store.py`` keeps to the read/write path.
+Every removal goes through ``_remove``: exclusive non-blocking ``flock`` on the entry's manifest
+(readers hold it shared), rename out of ``entries/``, then delete, so nothing is deleted under a
+reader and a crash mid-delete leaves only a grave in ``tmp/`` that the next cleanup removes.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock, Timeout
+
+from .lock import holder_is_dead
+from .manifest import (
+    KEY_RE,
+    MANIFEST,
+    Entry,
+    ManifestError,
+    check_key,
+    is_local_only,
+    parse_manifest,
+    read_entry,
+    read_nofollow,
+    same_file,
+    tree_size,
+)
+
+log = logging.getLogger(__name__)
+
+_STALE_TMP_SECONDS = 6 * 3600.0  # staging dirs of writers on other hosts: assume dead after this
+
+
+def rmtree(path: Path) -> None:
+    """Delete a tree without following symlinks; a symlink (a rejected entry) is just unlinked."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _errors() -> Any:
+    from .. import errors  # lazy: errors.py imports torch.fx, the cache must not
+
+    return errors
+
+
+class Maintenance:
+    """Methods of ``DiskCache`` that list, bound and move entries (see the module docstring)."""
+
+    root: Path
+    remote: Path | None
+    remote_enabled: bool
+    enabled: bool
+    writable: bool
+    max_bytes: int
+    failure_ttl: float
+    _counts: dict[str, float]
+    _warn: Callable[[str], None]
+    _load: Callable[..., Entry | None]
+    _publish: Callable[..., Path]
+    failure: Callable[[str], dict[str, Any] | None]
+
+    def _entry_dirs(self, base: Path | None = None) -> Iterator[tuple[str, Path]]:
+        top = (base or self.root) / "entries"
+        try:
+            shards = sorted(os.scandir(top), key=lambda d: d.name)
+        except OSError:
+            return
+        for shard in shards:
+            if len(shard.name) != 2 or not shard.is_dir(follow_symlinks=False):
+                continue
+            try:
+                found = sorted(os.scandir(shard.path), key=lambda d: d.name)
+            except OSError:
+                continue  # removed by a concurrent prune
+            for d in found:
+                if KEY_RE.match(d.name) and d.name[:2] == shard.name:
+                    yield d.name, Path(d.path)
+
+    def _manifests(self) -> Iterator[dict[str, Any]]:
+        bases = [self.root] + ([self.remote] if self.remote_enabled and self.remote else [])
+        for base in bases:
+            for key, path in self._entry_dirs(base):
+                try:
+                    yield parse_manifest(read_nofollow(path / MANIFEST), key)
+                except (OSError, ManifestError):
+                    continue
+
+    def entries(self) -> list[Entry]:
+        """Local entries whose manifest parses (artifacts are not verified: see ``verify``)."""
+        out = []
+        for key, path in self._entry_dirs():
+            try:
+                out.append(Entry(key, path, parse_manifest(read_nofollow(path / MANIFEST), key)))
+            except (OSError, ManifestError):
+                continue
+        return out
+
+    def du(self) -> int:
+        """Bytes on disk under ``entries/`` (artifacts, manifests, sidecars)."""
+        return sum(tree_size(path) for _key, path in self._entry_dirs())
+
+    def verify(self, *, quarantine: bool = False) -> list[dict[str, str]]:
+        """Check every local entry in full; ``[{"key", "problem"}]``, empty when all are good."""
+        problems = []
+        for key, path in self._entry_dirs():
+            try:
+                read_entry(path, read_nofollow(path / MANIFEST), key)
+            except (OSError, ManifestError) as exc:
+                problems.append({"key": key, "problem": f"{type(exc).__name__}: {exc}"})
+                if quarantine:
+                    self._quarantine(self.root, key, path, None, str(exc))
+        return problems
+
+    def _remove(self, base: Path, key: str, path: Path) -> bool:
+        """Rename the entry away and delete it, unless a reader holds it. True if removed."""
+        fd = None
+        try:
+            try:
+                fd = os.open(path / MANIFEST, os.O_RDWR | os.O_NOFOLLOW)  # NFS wants RW for LOCK_EX
+            except PermissionError:
+                fd = os.open(path / MANIFEST, os.O_RDONLY | os.O_NOFOLLOW)
+            except (FileNotFoundError, NotADirectoryError) as exc:
+                if not path.exists() and not path.is_symlink():
+                    raise FileNotFoundError(path) from exc
+            except OSError as exc:
+                if exc.errno != errno.ELOOP:
+                    raise
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False  # a reader holds it
+                if not same_file(fd, path / MANIFEST):
+                    return False
+            grave = base / "tmp" / f"del-{secrets.token_hex(6)}"
+            os.rename(path, grave)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            self._warn(f"cannot remove cache entry {key[:12]}: {exc}")
+            return False
+        finally:
+            if fd is not None:
+                os.close(fd)
+        rmtree(grave)
+        return True
+
+    def _evict(self, *, protect: str | None = None) -> None:
+        """Delete least-recently-accessed entries until the local tier fits ``max_bytes``."""
+        lock = FileLock(str(self.root / "locks" / "evict.lock"))
+        try:
+            lock.acquire(timeout=30)
+        except (Timeout, OSError) as exc:
+            log.debug("eviction skipped: %s", exc)
+            return
+        try:
+            self._cleanup_tmp()
+            items, total = [], 0
+            for key, path in self._entry_dirs():
+                size = tree_size(path)
+                total += size
+                items.append((Entry(key, path, {}).last_access, key, path, size))
+            for _atime, key, path, size in sorted(items):
+                if total <= self.max_bytes:
+                    break
+                if key != protect and self._remove(self.root, key, path):
+                    total -= size
+                    self._counts["evicted"] += 1
+                    log.info("evicted cache entry %s (%d bytes)", key[:12], size)
+            if total > self.max_bytes:
+                log.info("cache holds %d bytes > max %d: the rest is in use", total, self.max_bytes)
+        except OSError as exc:  # eviction is housekeeping: never fail the put that triggered it
+            self._warn(f"cache eviction in {self.root} failed: {exc}")
+        finally:
+            lock.release()
+
+    def _cleanup_tmp(self) -> None:
+        """Delete staging dirs of dead writers and graves of interrupted deletes."""
+        try:
+            stale = list(os.scandir(self.root / "tmp"))
+        except OSError:
+            return
+        for d in stale:
+            dead = d.name.startswith("del-")
+            if d.name.startswith("w-") and d.name.count("-") >= 3:
+                host, pid, _ = d.name[2:].rsplit("-", 2)
+                dead = holder_is_dead({"host": host, "pid": pid})
+            try:
+                dead = (
+                    dead
+                    or time.time() - d.stat(follow_symlinks=False).st_mtime > _STALE_TMP_SECONDS
+                )
+            except OSError:
+                continue
+            if dead:
+                rmtree(Path(d.path))
+
+    def prune(
+        self, *, older_than: float | None = None, keep_component: dict[str, str] | None = None
+    ) -> list[str]:
+        """Remove entries not accessed for ``older_than`` seconds, and entries whose component
+        (for each name in ``keep_component``) is present but differs: old compiler versions.
+        Expired failure records go too. Returns the removed keys."""
+        removed, now = [], time.time()
+        for entry in self.entries():
+            old = older_than is not None and now - entry.last_access > older_than
+            stale = any(
+                name in entry.components and entry.components[name] != value
+                for name, value in (keep_component or {}).items()
+            )
+            if (old or stale) and self._remove(self.root, entry.key, entry.path):
+                removed.append(entry.key)
+        for path in self._failure_files():
+            record = self.failure(path.stem)
+            if record is None or now - float(record.get("created", 0)) > self.failure_ttl:
+                path.unlink(missing_ok=True)
+        return removed
+
+    def _failure_files(self) -> list[Path]:
+        try:
+            found = (self.root / "failures").iterdir()
+            return sorted(p for p in found if p.suffix == ".json" and KEY_RE.match(p.stem))
+        except OSError:
+            return []
+
+    def clear(self, *, failures_only: bool = False) -> int:
+        """Remove every entry not held by a reader, all failure records and quarantine.
+        Returns the number of entries removed."""
+        for path in self._failure_files():
+            path.unlink(missing_ok=True)
+        if failures_only:
+            return 0
+        removed = sum(self._remove(self.root, key, path) for key, path in self._entry_dirs())
+        shutil.rmtree(self.root / "quarantine", ignore_errors=True)
+        self._cleanup_tmp()
+        return removed
+
+    def promote(self, keys: list[str] | None = None) -> int:
+        """Copy verified local entries to the remote tier; returns how many were copied.
+        Entries with ``meta={"local_only": True}`` (host-specific executables) stay local."""
+        if not self.remote_enabled or self.remote is None:
+            self._warn("no usable remote cache: set NEURON_COMPILE_REMOTE_CACHE")
+            return 0
+        copied = 0
+        for key in keys if keys is not None else [k for k, _p in self._entry_dirs()]:
+            entry = self._load(self.root, check_key(key), local=False)
+            if entry is None or is_local_only(entry.manifest):
+                continue
+            if self._load(self.remote, key, local=False) is not None:
+                continue
+            try:
+                self._publish(self.remote, key, entry.manifest, entry.files())
+                copied += 1
+            except OSError as exc:
+                self._warn(f"cannot promote {key[:12]} to {self.remote}: {exc}")
+        return copied
+
+    def export(self, keys: list[str], bundle: Path) -> Path:
+        """Write a portable bundle (directory, or ``.tar``/``.tar.gz``) of verified entries."""
+        from .bundle import write_bundle
+
+        entries = []
+        for key in keys:
+            entry = self.get(key)
+            if entry is None:
+                raise _errors().CacheBundleError(
+                    f"cannot export {key}: no valid entry in {self.root}", key=key
+                )
+            if is_local_only(entry.manifest):
+                continue  # host-specific native code stays on the host that built it
+            entries.append((entry.manifest, entry.files()))
+        return write_bundle(entries, Path(bundle))
+
+    def import_bundle(self, bundle: Path) -> list[str]:
+        """Validate the whole bundle, then install its entries; returns the bundle's keys."""
+        from .bundle import read_bundle
+
+        entries = read_bundle(Path(bundle))  # raises CacheBundleError before anything is written
+        foreign = [m["key"] for m, _f in entries if is_local_only(m)]
+        if foreign:
+            raise _errors().CacheBundleError(
+                f"bundle holds host-specific executables ({', '.join(k[:12] for k in foreign)}); "
+                "they are never imported: loading one would run native code from the bundle"
+            )
+        if not (self.enabled and self.writable):
+            raise _errors().CacheBundleError(f"cache {self.root} is disabled or read-only")
+        for manifest, files in entries:
+            if self._load(self.root, manifest["key"], local=False) is None:
+                self._publish(self.root, manifest["key"], manifest, files)
+        self._evict()
+        return [m["key"] for m, _f in entries]
+
+
+def describe_diff(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """Human lines for components that differ: values when short, "changed" for hashes/long."""
+    lines = []
+    for name in sorted(old.keys() | new.keys()):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        if a is None:
+            lines.append(f"{name}: added ({_short(b)})")
+        elif b is None:
+            lines.append(f"{name}: removed (was {_short(a)})")
+        elif _readable(a) and _readable(b):
+            lines.append(f"{name}: {a} → {b}")
+        else:
+            lines.append(f"{name}: changed")
+    return lines
+
+
+def _readable(value: str) -> bool:
+    return len(value) <= 40 and "\n" not in value and not KEY_RE.match(value)
+
+
+def _short(value: str | None) -> str:
+    return value if value is not None and _readable(value) else "…"

@@ -1,0 +1,579 @@
+"""On-disk tier of the compilation cache: crash-safe, concurrency-safe, bounded, shareable.
+
+Layout under the cache root (``$NEURON_COMPILE_CACHE_DIR`` or ``~/.cache/neuron-compile``)::
+
+    entries/<key[:2]>/<key>/   artifacts + last_access + manifest.json (see manifest.py)
+    tmp/                       private staging dirs; a publish is one rename out of here
+    quarantine/                corrupt entries, moved aside for inspection, never served
+    failures/<key>.json        negative entries: a compile that failed, with its fingerprint
+    locks/<key>.lock           per-key compile locks (lock.py); locks/evict.lock for eviction
+
+Concurrency: one process compiles a key while others wait on its lock and then read. Readers hold
+a shared ``flock`` on the entry's manifest while they read; eviction, prune and quarantine take it
+exclusively without blocking and *rename* the entry away before deleting it, so an entry is never
+deleted under a reader (a busy entry is simply skipped).
+
+Robustness: a cache problem never crashes a caller that could run uncached. I/O errors become one
+warning per ``DiskCache`` and a miss; only strict-mode misses (``CacheMissError``) and cached
+compile failures (``CachedCompileFailure``) raise. This module is pure stdlib + filelock (no
+torch, no jax) so fault tests can run it in cheap processes; error classes load lazily.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from .lock import KeyLock, LockTimeout
+from .maintenance import Maintenance, describe_diff
+from .manifest import (
+    ACCESS,
+    MANIFEST,
+    Entry,
+    ManifestError,
+    SchemaError,
+    build_manifest,
+    check_key,
+    entry_path,
+    is_local_only,
+    read_entry,
+    read_fd,
+    same_file,
+    tree_size,
+    write_entry,
+)
+
+__all__ = ["DEFAULT_MAX_BYTES", "DiskCache", "Entry", "default_root", "describe_diff"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES = 10 * 2**30
+DEFAULT_FAILURE_TTL = 24 * 3600.0
+ENV_DIR = "NEURON_COMPILE_CACHE_DIR"
+ENV_REMOTE = "NEURON_COMPILE_REMOTE_CACHE"
+ENV_MAX_BYTES = "NEURON_COMPILE_CACHE_MAX_BYTES"
+ENV_FAILURE_TTL = "NEURON_COMPILE_CACHE_FAILURE_TTL"
+ENV_RETRY_FAILED = "NEURON_COMPILE_CACHE_RETRY_FAILED"
+ENV_CACHE_ONLY = "NEURON_COMPILE_CACHE_ONLY"
+ENV_ALLOW_SHARED = "NEURON_COMPILE_CACHE_ALLOW_SHARED"
+_SUBDIRS = ("entries", "tmp", "quarantine", "failures", "locks")
+_SIZE_SUFFIX = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def _errors() -> Any:
+    from .. import errors  # lazy: errors.py imports torch.fx, the store must not
+
+    return errors
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def parse_size(text: str) -> int:
+    """``"10737418240"``, ``"10G"``, ``"512m"`` -> bytes (binary suffixes)."""
+    text = text.strip().lower().removesuffix("ib").removesuffix("b")
+    scale = _SIZE_SUFFIX.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def default_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "neuron-compile"
+
+
+def unsafe_reason(path: Path, *, allow_shared: bool) -> str | None:
+    """Why ``path`` must not be used as a cache directory, or None if it is fine."""
+    try:
+        st = os.stat(path)  # a symlinked *root* is fine (~/.cache on another disk); entries are not
+    except OSError as exc:
+        return f"cannot stat it: {exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if allow_shared:
+        return None
+    if st.st_uid != os.geteuid():
+        return f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"it is writable by group or others (mode {oct(st.st_mode & 0o777)})"
+    return None
+
+
+class DiskCache(Maintenance):
+    """Local disk cache with an optional read-through remote tier (see the module docstring)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        remote: Path | None = None,
+        allow_shared_writable: bool = False,
+        lock_timeout: float = 600.0,
+        failure_ttl: float = DEFAULT_FAILURE_TTL,
+        retry_failed: bool = False,
+        cache_only: bool = False,
+    ) -> None:
+        self.root = Path(root).expanduser()
+        self.remote = Path(remote).expanduser() if remote else None
+        self.max_bytes = int(max_bytes)
+        self.allow_shared_writable = allow_shared_writable
+        self.lock_timeout = lock_timeout
+        self.failure_ttl = failure_ttl
+        self.retry_failed = retry_failed
+        self.cache_only = cache_only
+        self._warned = False
+        self._counts: dict[str, float] = dict.fromkeys(
+            ("disk_hits", "disk_misses", "remote_hits", "remote_misses", "bytes_read",
+             "bytes_written", "compile_seconds_saved", "compiles", "compile_seconds",
+             "failures_recorded", "cached_failures_raised", "quarantined", "evicted"),
+            0,
+        )  # fmt: skip
+        self.enabled, self.writable = self._prepare_root()
+        self.remote_enabled = self.remote is not None and self._check_remote(self.remote)
+
+    @classmethod
+    def from_env(cls) -> DiskCache | None:
+        """The cache configured by ``NEURON_COMPILE_CACHE_*`` env vars; None when disabled."""
+        raw = os.environ.get(ENV_DIR)
+        if raw is not None and raw.strip().lower() in ("", "0", "off", "false", "no", "none"):
+            return None
+        max_bytes = DEFAULT_MAX_BYTES
+        if os.environ.get(ENV_MAX_BYTES):
+            try:
+                max_bytes = parse_size(os.environ[ENV_MAX_BYTES])
+            except ValueError:
+                log.warning("ignoring %s=%r: not a size", ENV_MAX_BYTES, os.environ[ENV_MAX_BYTES])
+        ttl = DEFAULT_FAILURE_TTL
+        if os.environ.get(ENV_FAILURE_TTL):
+            try:
+                ttl = float(os.environ[ENV_FAILURE_TTL])
+            except ValueError:
+                log.warning("ignoring %s: not a number", ENV_FAILURE_TTL)
+        remote = os.environ.get(ENV_REMOTE)
+        return cls(
+            Path(raw) if raw else default_root(),
+            max_bytes=max_bytes,
+            remote=Path(remote) if remote else None,
+            allow_shared_writable=_truthy(os.environ.get(ENV_ALLOW_SHARED)),
+            failure_ttl=ttl,
+            retry_failed=_truthy(os.environ.get(ENV_RETRY_FAILED)),
+            cache_only=_truthy(os.environ.get(ENV_CACHE_ONLY)),
+        )
+
+    # -- setup and warnings ---------------------------------------------------------------------
+
+    def _warn(self, message: str) -> None:
+        """One warning per instance: a training loop must not drown in repeated cache noise."""
+        if self._warned:
+            log.debug("%s", message)
+        else:
+            self._warned = True
+            log.warning("%s", message)
+
+    def _prepare_root(self) -> tuple[bool, bool]:
+        """``(enabled, writable)``: unsafe roots are not used at all, read-only ones only read."""
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError:
+            pass  # reported below as unusable or read-only
+        why = unsafe_reason(self.root, allow_shared=self.allow_shared_writable)
+        if why is None:
+            why = next(
+                (f"{d}/ is a symlink" for d in _SUBDIRS if (self.root / d).is_symlink()), None
+            )
+        if why is not None:
+            self._warn(
+                f"[NC404] not using compilation cache {self.root}: {why}; running uncached "
+                f"(fix the directory, or set {ENV_ALLOW_SHARED}=1 if sharing it is intended)"
+            )
+            return False, False
+        try:
+            for d in _SUBDIRS:
+                (self.root / d).mkdir(mode=0o700, exist_ok=True)
+        except OSError as exc:
+            self._warn(f"compilation cache {self.root} is not writable ({exc}); compiling uncached")
+            return True, False
+        return True, True
+
+    def _check_remote(self, remote: Path) -> bool:
+        why = unsafe_reason(remote, allow_shared=self.allow_shared_writable)
+        if why is not None:
+            self._warn(f"[NC404] not using remote cache {remote}: {why}")
+            return False
+        return True
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def get(self, key: str) -> Entry | None:
+        """A verified entry from the local tier, else the remote tier (copied into local)."""
+        return self._lookup(key)[0]
+
+    @contextlib.contextmanager
+    def hold(self, key: str) -> Iterator[Entry | None]:
+        """``get(key)``, and keep the entry from being evicted or pruned until the block exits.
+
+        For callers that use the entry's files by path (a runtime mapping a NEFF) rather than the
+        bytes ``get`` returns. Holds a shared ``flock`` on the entry's manifest.
+        """
+        entry = self.get(key)
+        fd = None
+        if entry is not None:
+            try:
+                fd = os.open(entry.path / MANIFEST, os.O_RDONLY | os.O_NOFOLLOW)
+                fcntl.flock(fd, fcntl.LOCK_SH)
+                if not same_file(fd, entry.path / MANIFEST):  # removed between get and lock
+                    entry = None
+            except OSError:
+                entry = None
+        try:
+            yield entry
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _lookup(self, key: str, *, count_miss: bool = True) -> tuple[Entry | None, str]:
+        check_key(key)
+        if not self.enabled:
+            return None, "uncached"
+        entry = self._load(self.root, key, local=True)
+        if entry is not None:
+            self._count_hit("disk", entry)
+            return entry, "disk"
+        self._counts["disk_misses"] += count_miss
+        if not self.remote_enabled:
+            return None, "disk"
+        assert self.remote is not None
+        entry = self._load(self.remote, key, local=False)
+        if entry is not None and is_local_only(entry.manifest):
+            # Host-specific native code (an XLA executable) is only ever loaded from entries this
+            # machine wrote: loading one runs it. promote() never puts one in the remote tier.
+            log.warning("remote cache entry %s claims to be local-only; ignored", key[:12])
+            entry = None
+        if entry is None:
+            self._counts["remote_misses"] += count_miss
+            return None, "remote"
+        self._count_hit("remote", entry)
+        if self.writable:
+            try:
+                path = self._publish(self.root, key, entry.manifest, entry.files())
+                entry = Entry(key, path, entry.manifest, entry._data)
+                self._evict(protect=key)
+            except OSError as exc:
+                self._warn(f"cannot copy remote cache entry {key[:12]} to {self.root}: {exc}")
+        return entry, "remote"
+
+    def _count_hit(self, tier: str, entry: Entry) -> None:
+        self._counts[f"{tier}_hits"] += 1
+        self._counts["bytes_read"] += entry.size
+        self._counts["compile_seconds_saved"] += float(entry.manifest.get("compile_seconds", 0.0))
+
+    def _load(self, base: Path, key: str, *, local: bool) -> Entry | None:
+        path = entry_path(base, key)
+        try:
+            fd = os.open(path / MANIFEST, os.O_RDONLY | os.O_NOFOLLOW)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                self._quarantine(base, key, path, None, "manifest.json is a symlink")
+            else:
+                self._warn(f"cache read failed for {key[:12]}: {type(exc).__name__}: {exc}")
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # eviction takes LOCK_EX: it cannot delete under us
+            if not same_file(fd, path / MANIFEST):
+                return None  # evicted or quarantined while we waited for the lock
+            if path.parent.is_symlink():
+                raise ManifestError(f"{path.parent} is a symlink")
+            manifest, files = read_entry(path, read_fd(fd), key)
+        except SchemaError as exc:
+            log.info("cache entry %s skipped: %s", key[:12], exc)
+            return None
+        except ManifestError as exc:
+            self._quarantine(base, key, path, fd, str(exc))
+            return None
+        except OSError as exc:
+            self._warn(f"cache read failed for {key[:12]}: {type(exc).__name__}: {exc}")
+            return None
+        finally:
+            os.close(fd)
+        if local:
+            try:
+                os.utime(path / ACCESS, follow_symlinks=False)
+            except OSError:
+                pass  # a read-only cache still serves hits; LRU order just stops updating
+        return Entry(key, path, manifest, files)
+
+    def _quarantine(self, base: Path, key: str, path: Path, fd: int | None, why: str) -> None:
+        """Move a corrupt entry aside, unless another reader holds it (it will do the same)."""
+        own = None
+        try:
+            if fd is None:
+                try:
+                    fd = own = os.open(path / MANIFEST, os.O_RDONLY | os.O_NOFOLLOW)
+                except OSError:
+                    pass  # no manifest, or it is a symlink: nothing a reader could hold
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if not same_file(fd, path / MANIFEST):
+                    return
+            dest = base / "quarantine" / f"{key}.{int(time.time())}.{secrets.token_hex(3)}"
+            dest.parent.mkdir(mode=0o700, exist_ok=True)
+            os.rename(path, dest)
+        except BlockingIOError:
+            log.info("corrupt cache entry %s (%s) is in use; left for its reader", key[:12], why)
+            return
+        except OSError as exc:
+            log.warning("corrupt cache entry %s (%s) could not be quarantined: %s", key, why, exc)
+            return
+        finally:
+            if own is not None:
+                os.close(own)
+        self._counts["quarantined"] += 1
+        log.warning("corrupt cache entry %s (%s) moved to %s", key[:12], why, dest)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def put(
+        self,
+        key: str,
+        files: dict[str, bytes],
+        *,
+        graph_name: str,
+        components: dict[str, str],
+        compile_seconds: float = 0.0,
+        meta: dict | None = None,
+    ) -> Entry | None:
+        """Publish an entry atomically, then evict down to ``max_bytes``. None if not stored."""
+        manifest = build_manifest(
+            key,
+            files,
+            graph_name=graph_name,
+            components=components,
+            compile_seconds=compile_seconds,
+            meta=meta,
+        )
+        if not (self.enabled and self.writable):
+            return None
+        size = sum(len(d) for d in files.values())
+        if size > self.max_bytes:
+            log.info("not caching %s: %d bytes exceed max_bytes=%d", key[:12], size, self.max_bytes)
+            return None
+        try:
+            path = self._publish(self.root, key, manifest, files)
+        except OSError as exc:
+            self._warn(
+                f"cannot write compilation cache entry {key[:12]} to {self.root}: "
+                f"{type(exc).__name__}: {exc}; continuing uncached"
+            )
+            return None
+        self._counts["bytes_written"] += size
+        self._evict(protect=key)
+        return Entry(key, path, manifest, dict(files))
+
+    def _publish(
+        self, base: Path, key: str, manifest: dict[str, Any], files: dict[str, bytes]
+    ) -> Path:
+        """Stage in ``tmp/``, fsync, rename into place. Raises OSError; never leaves a partial."""
+        tmp = base / "tmp" / f"w-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(6)}"
+        dest = entry_path(base, key)
+        try:
+            tmp.parent.mkdir(mode=0o700, exist_ok=True)
+            tmp.mkdir(mode=0o755)
+            write_entry(tmp, manifest, files)
+            dest.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            try:
+                os.rename(tmp, dest)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                # Someone published this key first; keep theirs if it is whole, else replace it.
+                if self._load(base, key, local=False) is not None:
+                    return dest
+                self._remove(base, key, dest)
+                os.rename(tmp, dest)
+            fd = os.open(dest.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return dest
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def get_or_create(
+        self,
+        key: str,
+        create: Callable[[], dict[str, bytes]],
+        *,
+        graph_name: str,
+        components: dict[str, str],
+    ) -> tuple[dict[str, bytes], str]:
+        """``(files, source)``, source in {"disk", "remote", "compiled", "uncached"}.
+
+        One process per key runs ``create``; others wait for its lock and then read the entry.
+        A failure of ``create`` is recorded and re-raised; later calls raise
+        ``CachedCompileFailure`` until the failure TTL expires. In strict mode a miss raises
+        ``CacheMissError`` instead of compiling.
+        """
+        entry, source = self._lookup(key)
+        if entry is not None:
+            return entry.files(), source
+        self._raise_if_failed(key)
+        if self.cache_only:
+            self._raise_miss(key, graph_name, components)
+        if not (self.enabled and self.writable):
+            return self._compile(key, create, graph_name, components, record=False)[0], "uncached"
+        lock = KeyLock(self.root / "locks" / f"{key}.lock", timeout=self.lock_timeout)
+        try:
+            lock.acquire()
+        except (LockTimeout, OSError) as exc:
+            self._warn(f"cannot lock cache key {key[:12]} ({exc}); compiling uncached")
+            return self._compile(key, create, graph_name, components, record=False)[0], "uncached"
+        try:
+            # Compiled by the previous holder while we waited? (The miss is already counted.)
+            entry, source = self._lookup(key, count_miss=False)
+            if entry is not None:
+                return entry.files(), source
+            self._raise_if_failed(key)
+            files, seconds = self._compile(key, create, graph_name, components, record=True)
+            stored = self.put(
+                key, files, graph_name=graph_name, components=components, compile_seconds=seconds
+            )
+            if stored is not None:
+                self._clear_failure(key)
+            return files, "compiled" if stored is not None else "uncached"
+        finally:
+            lock.release()
+
+    def _compile(
+        self,
+        key: str,
+        create: Callable[[], dict[str, bytes]],
+        graph_name: str,
+        components: dict[str, str],
+        *,
+        record: bool,
+    ) -> tuple[dict[str, bytes], float]:
+        start = time.perf_counter()
+        try:
+            files = create()
+        except Exception as exc:
+            if record:
+                self._record_failure(key, graph_name, components, exc, time.perf_counter() - start)
+            raise
+        seconds = time.perf_counter() - start
+        self._counts["compiles"] += 1
+        self._counts["compile_seconds"] += seconds
+        return files, seconds
+
+    # -- negative entries and strict mode -------------------------------------------------------
+
+    def _failure_path(self, key: str) -> Path:
+        return self.root / "failures" / f"{key}.json"
+
+    def _record_failure(
+        self, key: str, graph_name: str, components: dict[str, str], exc: Exception, secs: float
+    ) -> None:
+        text = str(exc)
+        first = text.splitlines()[0] if text else ""
+        record = {
+            "schema": 1,
+            "kind": "failure",
+            "key": key,
+            "graph_name": graph_name,
+            "components": {str(k): str(v) for k, v in components.items()},
+            "error_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": text[:20000],
+            "fingerprint": hashlib.sha256(
+                f"{type(exc).__qualname__}: {first}".encode()
+            ).hexdigest(),
+            "created": time.time(),
+            "compile_seconds": secs,
+        }
+        path = self._failure_path(key)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+        try:
+            tmp.write_text(json.dumps(record, indent=1))
+            os.replace(tmp, path)
+            self._counts["failures_recorded"] += 1
+        except OSError as exc2:
+            self._warn(f"cannot record compile failure for {key[:12]}: {exc2}")
+            tmp.unlink(missing_ok=True)
+
+    def failure(self, key: str) -> dict[str, Any] | None:
+        """The recorded failure of ``key`` (expired or not), or None."""
+        try:
+            record = json.loads(self._failure_path(check_key(key)).read_bytes())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) and record.get("key") == key else None
+
+    def _clear_failure(self, key: str) -> None:
+        try:
+            self._failure_path(key).unlink()
+        except OSError:
+            pass
+
+    def _raise_if_failed(self, key: str) -> None:
+        if not self.enabled or self.retry_failed:
+            return
+        record = self.failure(key)
+        if record is None:
+            return
+        created = float(record.get("created", 0.0))
+        retry_at = created + self.failure_ttl
+        if time.time() >= retry_at:
+            return  # TTL expired: try again (a success clears the record)
+        self._counts["cached_failures_raised"] += 1
+        raise _errors().CachedCompileFailure.from_record(record, retry_at=retry_at)
+
+    def _raise_miss(self, key: str, graph_name: str, components: dict[str, str]) -> None:
+        raise _errors().CacheMissError.for_key(
+            key,
+            graph_name=graph_name,
+            components=components,
+            explanation=self.explain_miss(graph_name, components) if self.enabled else [],
+            root=str(self.root),
+        )
+
+    def explain_miss(self, graph_name: str, components: dict[str, str]) -> list[str]:
+        """Which components differ from the nearest entries of ``graph_name`` ("a: 1 → 2")."""
+        best: list[str] | None = None
+        for manifest in self._manifests():
+            if manifest.get("graph_name") != graph_name:
+                continue
+            lines = describe_diff(manifest.get("components", {}), components)
+            if best is None or len(lines) < len(best):
+                best = lines
+        if best is None:
+            return []
+        return best or ["all components equal the nearest entry (the key derivation changed?)"]
+
+    def stats(self) -> dict[str, Any]:
+        """Counters of this instance plus the current size of the local tier."""
+        entries = list(self._entry_dirs()) if self.enabled else []
+        return {
+            **self._counts,
+            "entries": len(entries),
+            "total_bytes": sum(tree_size(p) for _k, p in entries),
+            "max_bytes": self.max_bytes,
+            "root": str(self.root),
+            "remote": str(self.remote) if self.remote else None,
+            "enabled": self.enabled,
+        }

@@ -1,0 +1,92 @@
+"""``neuron-compile cache ...``: every subcommand with --json reflects the store state."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from neuron_compile.cache.store import DiskCache
+from neuron_compile.cli import main
+
+from .procs import key_of, payload
+
+OLD = {"neuronx-cc": "2.28.1", "flags": "[]"}
+NEW = {"neuronx-cc": "2.28.7", "flags": "[]"}
+
+
+def _cli(capsys, *argv: str) -> tuple[int, object]:
+    code = main(["cache", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def store(tmp_path):
+    c = DiskCache(tmp_path / "c")
+    a, b = key_of("cli-a"), key_of("cli-b")
+    c.put(a, payload(a), graph_name="g", components=OLD, compile_seconds=3.0)
+    c.put(b, payload(b), graph_name="g", components=NEW, compile_seconds=4.0)
+    return c, a, b
+
+
+def test_ls_du_verify_explain(capsys, store):
+    c, a, b = store
+    d = str(c.root)
+    code, ls = _cli(capsys, "ls", "--dir", d)
+    assert code == 0 and sorted(e["key"] for e in ls["entries"]) == sorted([a, b])
+    assert {e["compile_seconds"] for e in ls["entries"]} == {3.0, 4.0}
+    _, du = _cli(capsys, "du", "--dir", d)
+    assert du["entries"] == 2 and du["bytes"] == c.du()
+    code, ok = _cli(capsys, "verify", "--dir", d)
+    assert code == 0 and ok == {"root": d, "ok": True, "problems": []}
+    _, explain = _cli(capsys, "explain", b[:12], "--dir", d)
+    assert explain["nearest"] == a and explain["explain"] == ["neuronx-cc: 2.28.1 → 2.28.7"]
+    (c.get(a).path / "part0.bin").write_bytes(b"flipped")
+    code, bad = _cli(capsys, "verify", "--dir", d)
+    assert code == 1 and [p["key"] for p in bad["problems"]] == [a]
+
+
+def test_prune_clear_export_import_promote(capsys, store, tmp_path):
+    c, a, b = store
+    d = str(c.root)
+    _, exported = _cli(capsys, "export", a, b, "-o", str(tmp_path / "b.tar"), "--dir", d)
+    assert exported["keys"] == [a, b]
+    _, pruned = _cli(capsys, "prune", "--keep", "neuronx-cc=2.28.7", "--dir", d)
+    assert pruned == {"removed": [a]}
+    _, pruned = _cli(capsys, "prune", "--older-than", "1", "--dir", d)
+    assert pruned == {"removed": []}
+    _, cleared = _cli(capsys, "clear", "--dir", d)
+    assert cleared == {"removed": 1} and c.entries() == []
+    _, imported = _cli(capsys, "import", str(tmp_path / "b.tar"), "--dir", d)
+    assert sorted(imported["imported"]) == sorted([a, b]) and len(c.entries()) == 2
+    remote = tmp_path / "remote"
+    remote.mkdir(mode=0o700)
+    _, promoted = _cli(capsys, "promote", "--dir", d, "--remote", str(remote))
+    assert promoted["promoted"] == 2
+    assert len(DiskCache(remote).entries()) == 2
+
+
+def test_bad_bundle_is_an_error_exit(capsys, tmp_path):
+    (tmp_path / "junk.tar").write_bytes(b"not a tar")
+    assert main(["cache", "import", str(tmp_path / "junk.tar"), "--dir", str(tmp_path)]) == 2
+    assert "NC403" in capsys.readouterr().err
+
+
+def test_python_dash_m_cache_ls_json(store):
+    c, a, b = store
+    out = subprocess.run(
+        [sys.executable, "-m", "neuron_compile", "cache", "ls", "--json", "--dir", str(c.root)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert sorted(e["key"] for e in json.loads(out.stdout)["entries"]) == sorted([a, b])
+
+
+def test_cache_help(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["cache", "--help"])
+    assert info.value.code == 0 and "promote" in capsys.readouterr().out
