@@ -13,7 +13,8 @@ Per process it records the time to the first compiled step end to end (``torch.c
 -> first step done, imports excluded) and the time spent inside the backend from graph hand-over
 to a runnable callable, i.e. excluding Dynamo and AOTAutograd tracing: for us the sum of
 ``GraphRecord.backend_s``; for Inductor the time in ``compile_fx_inner`` (its per-graph
-compiler, the counterpart of our ``compile_graph``). Medians over ``--repeats`` pairs.
+compiler, the counterpart of our ``compile_graph``; 0 on a warm start, where its AOTAutograd cache
+returns the whole compiled function without calling it). Medians over ``--repeats`` pairs.
 
 Targets (issue 8): our backend time warm <= 0.1 x cold; our warm end-to-end first step faster
 than Inductor's warm first step.
@@ -144,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         ("cold: inside backend", "cold_backend_s"),
         ("warm: inside backend", "warm_backend_s"),
     ):
-        print(f"{label:26}{ours[field]:10.3f}{ind[field]:10.3f}{ours[field] / ind[field]:17.2f}")
+        ratio = f"{ours[field] / ind[field]:17.2f}" if ind[field] else f"{'-':>17}"
+        print(f"{label:26}{ours[field]:10.3f}{ind[field]:10.3f}{ratio}")
     ratio = ours["warm_backend_s"] / ours["cold_backend_s"]
     faster = ours["warm_first_step_s"] < ind["warm_first_step_s"]
     print(

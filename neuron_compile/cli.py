@@ -10,17 +10,22 @@ from typing import Any
 
 
 def _info() -> dict[str, Any]:
+    from .cache import store
+    from .cache.tiers import disk_cache
     from .config import ENV_VARS
     from .dump import versions
     from .registration import BACKEND_NAMES, other_registrations
     from .runtime.xla_cpu import platform_version
 
+    cache = disk_cache()
     return {
         "versions": versions(),
         "executor": platform_version(),
         "backend_names": list(BACKEND_NAMES),
         "neuron_name_also_registered_by": other_registrations("neuron"),
         "env_vars": {**ENV_VARS, "log": "NEURON_COMPILE_LOG"},
+        "cache_env_vars": list(store.ENV_VARS),
+        "cache": cache.stats() if cache is not None else {"enabled": False},
     }
 
 
@@ -36,6 +41,15 @@ def _print_info(info: dict[str, Any]) -> None:
         print(f"{name:16} {version}")
     print(f"{'executor':16} {info['executor']}")
     print(f"{'backend names':16} {', '.join(info['backend_names'])}")
+    cache = info["cache"]
+    if cache.get("enabled"):
+        print(
+            f"{'cache':16} {cache['root']}: {cache['entries']} entries, "
+            f"{cache['total_bytes'] / 2**20:.1f} of {cache['max_bytes'] / 2**30:.0f} GiB"
+            + (f"; remote {cache['remote']}" if cache.get("remote") else "")
+        )
+    else:
+        print(f"{'cache':16} off")
     clash = info["neuron_name_also_registered_by"]
     if clash:
         print(

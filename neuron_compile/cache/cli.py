@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,14 @@ def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
         help="drop entries whose component NAME is not VALUE (e.g. neuronx_cc=2.28.7)",
     )
     parsers["clear"].add_argument("--failures", action="store_true", help="only failure records")
-    parsers["export"].add_argument("keys", nargs="+", help="keys (or unique prefixes)")
+    parsers["export"].add_argument("keys", nargs="*", help="keys (or unique prefixes)")
+    parsers["export"].add_argument(
+        "--graph",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="also every entry whose graph name matches (e.g. 'TinyGPT_*': one model's graphs)",
+    )
     parsers["export"].add_argument("-o", "--output", type=Path, required=True, help="bundle path")
     parsers["import"].add_argument("bundle", type=Path)
     parsers["explain"].add_argument("key", help="key (or unique prefix)")
@@ -144,6 +152,13 @@ def run(args: argparse.Namespace, as_json: bool = False) -> int:
             result = {"removed": cache.clear(failures_only=args.failures)}
         elif cmd == "export":
             keys = [_resolve(cache, k) for k in args.keys]
+            keys += [
+                e.key
+                for e in cache.entries()
+                if e.key not in keys and any(fnmatch(e.graph_name, g) for g in args.graph)
+            ]
+            if not keys:
+                raise SystemExit("neuron-compile: nothing to export (give keys or --graph)")
             result = {"bundle": str(cache.export(keys, args.output)), "keys": keys}
         elif cmd == "import":
             result = {"imported": cache.import_bundle(args.bundle)}

@@ -90,3 +90,17 @@ def test_cache_help(capsys):
     with pytest.raises(SystemExit) as info:
         main(["cache", "--help"])
     assert info.value.code == 0 and "promote" in capsys.readouterr().out
+
+
+def test_export_by_graph_name_takes_exactly_that_models_entries(capsys, tmp_path):
+    c = DiskCache(tmp_path / "c")
+    keys = {
+        name: key_of(name) for name in ("TinyGPT_forward_0", "TinyGPT_backward_0", "MLP_forward_0")
+    }
+    for name, k in keys.items():
+        c.put(k, payload(k), graph_name=name, components=NEW)
+    out = tmp_path / "gpt.tar"
+    code, res = _cli(capsys, "export", "--dir", str(c.root), "--graph", "TinyGPT_*", "-o", str(out))
+    assert code == 0
+    assert sorted(res["keys"]) == sorted([keys["TinyGPT_forward_0"], keys["TinyGPT_backward_0"]])
+    assert sorted(DiskCache(tmp_path / "d").import_bundle(out)) == sorted(res["keys"])
