@@ -77,12 +77,29 @@ def _failure(message: str) -> VerifyFailure:
     return VerifyFailure(None, message.strip())
 
 
+#: Artifact forms: ``portable`` (StableHLO portable artifact = VHLO bytecode), ``bytecode`` (plain
+#: MLIR bytecode of the StableHLO module; what TorchNeuron hands neuronx-cc as ``module.mlir``),
+#: ``hlo`` (XLA ``HloModuleProto``; neuronx-cc's documented input ``module.hlo.pb``).
+FORMS = ("portable", "bytecode", "hlo")
+#: File name neuronx-cc receives per artifact form (``portable`` is re-encoded as ``bytecode``:
+#: neuronx-cc reads the StableHLO dialect, not VHLO).
+NEURONX_CC_INPUT = {"portable": "module.mlir", "bytecode": "module.mlir", "hlo": "module.hlo.pb"}
+
+
 def serialize(text: str, form: str = "portable") -> bytes:
     """Serialize verified ``text``: ``portable`` = StableHLO portable artifact (VHLO bytecode,
-    readable by later StableHLO versions), ``bytecode`` = plain MLIR bytecode."""
+    readable by later StableHLO versions), ``bytecode`` = plain MLIR bytecode, ``hlo`` = XLA
+    ``HloModuleProto`` bytes (jaxlib's ``mlir_module_to_xla_computation``)."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import stablehlo
 
+    if form == "hlo":
+        from jaxlib import _jax  # internal path; the same converter jax.jit uses
+
+        comp = _jax.mlir.mlir_module_to_xla_computation(
+            text, use_tuple_args=False, return_tuple=False
+        )
+        return bytes(comp.as_serialized_hlo_module_proto())
     if form == "portable":
         # The _str variant works on a copy: serialize_portable_artifact(module) rewrites the module
         # itself into vhlo ops.
@@ -108,3 +125,45 @@ def deserialize_portable(artifact: bytes) -> str:
 
     with _context(), ir.Location.unknown():
         return str(stablehlo.deserialize_portable_artifact(_context(), artifact))
+
+
+def hlo_to_stablehlo(proto: bytes) -> bytes:
+    """``HloModuleProto`` bytes -> StableHLO MLIR bytecode (raises on anything else)."""
+    from jaxlib import _jax
+
+    return bytes(_jax.mlir.hlo_to_stablehlo(proto))
+
+
+def executable_input(artifact: bytes, form: str) -> bytes:
+    """Bytes XLA's ``compile_and_load`` accepts for an artifact of ``form``: the artifact itself,
+    or for ``hlo`` the StableHLO jaxlib converts the proto back into (same numbers)."""
+    return hlo_to_stablehlo(artifact) if form == "hlo" else artifact
+
+
+def artifact_text(artifact: bytes, form: str) -> str:
+    """Parse and verify an artifact of any form; return its StableHLO text. Raises
+    ``VerifyFailure`` when the bytes are not a valid module of that form."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    try:
+        if form == "portable":
+            with _context(), ir.Location.unknown():
+                module = stablehlo.deserialize_portable_artifact(_context(), artifact)
+        else:
+            data = hlo_to_stablehlo(artifact) if form == "hlo" else artifact
+            with _context(), ir.Location.unknown():
+                module = ir.Module.parse(data)
+    except Exception as e:  # jaxlib raises MLIRError, JaxRuntimeError or ValueError here
+        raise VerifyFailure(None, f"not a valid {form} artifact: {type(e).__name__}: {e}") from None
+    with _context():
+        if not module.operation.verify():
+            raise VerifyFailure(None, f"{form} artifact failed verification")
+        return str(module)
+
+
+def neuronx_cc_input(text: str, artifact: bytes, form: str) -> tuple[str, bytes]:
+    """``(file name, bytes)`` handed to neuronx-cc for a graph whose artifact is ``artifact``."""
+    if form == "portable":
+        return NEURONX_CC_INPUT[form], serialize(text, "bytecode")
+    return NEURONX_CC_INPUT[form], artifact

@@ -23,6 +23,7 @@ from .capture import decomposition_table
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
 from .errors import DynamicShapeError
+from .saved import partition_with_link
 from .shapes import (
     ShapeSpecializer,
     describe_symbolic,
@@ -75,6 +76,7 @@ def compile_frame(
 ) -> Any:
     """Run AOTAutograd on one static Dynamo graph with our compilers for each resulting graph."""
     from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import default_partition
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     aot_id = next(_aot_ids)
@@ -102,6 +104,7 @@ def compile_frame(
         return compile_one
 
     aot = aot_autograd(
+        partition_fn=partition_with_link(default_partition),
         fw_compiler=compiler_for("forward"),
         bw_compiler=compiler_for("backward"),
         inference_compiler=compiler_for("inference"),

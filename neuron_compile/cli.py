@@ -178,7 +178,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .cache.cli import add_cache_parser
 
     add_cache_parser(sub)  # `neuron-compile cache ...`: ls, du, verify, prune, export, import, ...
+    from .precompile import add_parser as add_precompile_parser
+
+    add_precompile_parser(sub)  # `neuron-compile precompile SCRIPT --target trn2 ...`
+    from .report.check import add_check_parser
+
+    add_check_parser(sub)  # `neuron-compile check TARGET`: CI compile report
     args = parser.parse_args(argv)
+    if args.command == "check":
+        return args.check_run(args)
+    if args.command == "precompile":
+        return args.run(args, args.json)
 
     if args.command == "cache":
         return args.cache_run(args, args.json)

@@ -34,6 +34,7 @@ from .metrics import GraphRecord, add_record
 from .partition import is_fully_supported, partition, split_reasons, summarize
 from .passes import PIPELINE, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
+from .saved import META_KEY, SavedLink, externally_observed, new_token, token_arrays
 
 log = logging.getLogger(__name__)
 
@@ -90,16 +91,53 @@ class CompiledGraph:
             o.kind == "result" and o.index == i and canonical_dtype(o.dtype) == o.dtype
             for i, o in enumerate(lowered.outputs)
         )
+        # Saved activations kept on the device (neuron_compile/saved.py). Forward: per result,
+        # True if it stays an executor array; ``_resident_outputs`` is the plan used then.
+        self._keep: list[bool] | None = None
+        self._resident_outputs: list[tuple[str, int, Any, Any]] = []
+        self._num_saved = 0
+        # Backward: the argument holding the forward's token, and per input its saved index.
+        self._token_arg: int | None = None
+        self._register_outputs = True  # remember our outputs' addresses for a later re-import
+
+    def keep_saved_resident(self, link: SavedLink) -> None:
+        """Forward graph: keep saved activations that only the backward reads as arrays."""
+        outputs = self.lowered.outputs
+        num_saved = len(outputs) - link.num_fwd_outputs
+        user_results = {o.index for o in outputs[: link.num_fwd_outputs] if o.kind == "result"}
+        resident = []
+        plan = list(self._outputs)
+        keep = [False] * self.lowered.num_results
+        for pos in range(link.num_fwd_outputs, len(outputs)):
+            o = outputs[pos]
+            if o.kind == "result" and o.index not in user_results:
+                keep[o.index] = True  # a value saved twice is one array behind both slots
+                resident.append(pos - link.num_fwd_outputs)
+                plan[pos] = ("saved", o.index, o.dtype, pos - link.num_fwd_outputs)
+        if not resident:
+            return
+        link.resident = tuple(resident)
+        self._keep, self._resident_outputs, self._num_saved = keep, plan, num_saved
+
+    def read_saved_from(self, link: SavedLink) -> None:
+        """Backward graph: take the forward's resident activations from its token."""
+        if link.resident:
+            self._token_arg = link.resident[0]
+        self._register_outputs = False  # gradients go to .grad, not into another graph
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.count_calls:
             self.record.calls += 1
+        saved = token_arrays(args[self._token_arg]) if self._token_arg is not None else None
         ins = []
         for index, const, dtype in self._inputs:
             if const is not None:
                 t = const
             elif index >= 0:
                 t = args[index]
+                if saved is not None and index < len(saved) and saved[index] is not None:
+                    ins.append(saved[index])  # the forward's array, still on the device
+                    continue
             else:  # RNG_SEED: drawn from torch's default generator, so manual_seed reproduces runs
                 t = torch.randint(-(2**31), 2**31 - 1, (4,), dtype=torch.int32)
             if t.dtype != dtype:
@@ -108,21 +146,30 @@ class CompiledGraph:
             ins.append(t if t.is_contiguous() else t.contiguous())
         kept = [args[i] for i in self._passthrough] if self._passthrough else ()
         args.clear()  # boxed convention: let the caller's references go before we run
+        keep = self._keep if self._keep is not None and not externally_observed() else None
         try:
-            results = self._exe(ins, self._param_slots)
+            results = self._exe(ins, self._param_slots, keep, self._register_outputs)
         except Exception as e:
             raise ExecutorError(
                 f"XLA CPU failed to run graph {self.name}: {type(e).__name__}: {e}",
                 hint=BUG_HINT,
             ) from e
-        if self._results_only:
-            return results
+        if keep is None:
+            if self._results_only:
+                return results
+            plan = self._outputs
+        else:
+            plan = self._resident_outputs
+            token, arrays = new_token(self._num_saved)
         outs: list[Any] = []
         inputs = iter(kept)
-        for kind, index, dtype, value in self._outputs:
+        for kind, index, dtype, value in plan:
             if kind == "result":
                 r = results[index]
                 outs.append(r if r.dtype == dtype else r.to(dtype))
+            elif kind == "saved":
+                arrays[value] = results[index]
+                outs.append(token)
             elif kind == "input":
                 outs.append(next(inputs))
             elif kind == "none":
@@ -206,6 +253,12 @@ def compile_graph(
         runner.count_calls = True
     else:
         runner = _compile_with_fallback(gm, name, kind, cfg, record)
+    link = gm.meta.get(META_KEY)
+    if link is not None:  # keep saved activations on the device between forward and backward
+        if kind == "forward" and isinstance(runner, CompiledGraph):
+            runner.keep_saved_resident(link)
+        elif kind == "backward":
+            runner.read_saved_from(link)
     _warn_downcasts(name, record.downcasts, cfg)
     record.backend_s = time.perf_counter() - t0
     add_record(record)
@@ -286,6 +339,15 @@ def _artifact(
                 f"could not serialize graph {name}: {type(e).__name__}: {e}",
                 hint=BUG_HINT + "; rerun with verify enabled to locate the op",
             ) from e
+        if cfg.verify and cfg.artifact == "hlo":  # the proto must convert back and verify too
+            try:
+                artifact_mod.artifact_text(art, "hlo")
+            except artifact_mod.VerifyFailure as e:
+                raise VerifierError(
+                    f"the HloModuleProto of graph {name} does not verify",
+                    reason=e.message,
+                    hint=BUG_HINT,
+                ) from None
         record.verify_s += time.perf_counter() - t
         return {ARTIFACT_FILE: art, "module.stablehlo.mlir": lowered.text.encode()}
 
@@ -298,7 +360,9 @@ def _artifact(
     return files[ARTIFACT_FILE]
 
 
-def _executable(art: bytes, key: CacheKey, name: str, disk: DiskCache | None) -> XlaCpuExecutable:
+def _executable(
+    art: bytes, key: CacheKey, name: str, disk: DiskCache | None, form: str = "portable"
+) -> XlaCpuExecutable:
     """The XLA CPU executable of ``art``: this host's disk entry, or compiled (and stored).
 
     Executables are host-specific (CPU features are in their key), never exported or promoted,
@@ -315,7 +379,7 @@ def _executable(art: bytes, key: CacheKey, name: str, disk: DiskCache | None) ->
             log.warning("graph %s: cached executable unusable (%s); recompiling", name, e)
     t = time.perf_counter()
     try:
-        exe = XlaCpuExecutable(art)
+        exe = XlaCpuExecutable(artifact_mod.executable_input(art, form))
     except Exception as e:
         raise ExecutorError(
             f"XLA CPU failed to compile graph {name}: {type(e).__name__}: {e}", hint=BUG_HINT
@@ -355,15 +419,45 @@ def _compile_region(
     )
     record.cache_key = key.digest()
     disk = disk_cache()
+    from .targets import get_target
 
-    def build() -> tuple[bytes, XlaCpuExecutable]:
+    target = get_target(cfg.target)
+    if target.is_neuron:  # reject what neuronx-cc would, before any artifact exists
+        import os
+
+        from .legality import check_legality
+
+        flags = os.environ.get("NEURON_CC_FLAGS", "")
+        check_legality(gm, lowered, target, lnc=cfg.lnc, flags=flags, graph_name=name)
+
+    def build() -> tuple[bytes, Any]:
         art = _artifact(lowered, key, name, cfg, record, disk)
         t = time.perf_counter()
-        exe = _executable(art, key, name, disk)
+        if target.is_neuron:  # NEFF: cached, compiled, collected (precompile) or skipped
+            from . import neuronx_cc
+            from .runtime import neuron as neuron_rt
+
+            device = neuron_rt.available()
+            neff = neuronx_cc.neff_for_graph(
+                lowered.text,
+                art,
+                [[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
+                cfg=cfg,
+                graph_name=name,
+                cache_name=_FRAME_ID.sub(r"_\1_", name),
+                disk=disk,
+                device=device,
+            )
+            if neff is not None and device:  # run on Trainium; else the CPU runs the graph
+                exe = neuron_rt.NeuronExecutable(neff, lowered, lnc=int(cfg.lnc or 1))
+                record.executor_compile_s += time.perf_counter() - t
+                return art, exe
+        exe = _executable(art, key, name, disk, cfg.artifact)
         record.executor_compile_s += time.perf_counter() - t
         return art, exe
 
-    (art, executable), record.executor_cache_hit = executable_cache.get_or_create(key, build)
+    mem_key = key.extend(target=f"{cfg.target}-lnc{cfg.lnc}") if target.is_neuron else key
+    (art, executable), record.executor_cache_hit = executable_cache.get_or_create(mem_key, build)
     if record.executor_cache_hit:
         record.cache_source = "memory"
     record.artifact_bytes += len(art)

@@ -18,7 +18,7 @@ ENV_PREFIX = "NEURON_COMPILE_"
 
 _SIXTY_FOUR_BIT = ("downcast", "error")
 _FALLBACK = ("cpu", "error")
-_ARTIFACTS = ("portable", "bytecode")
+_ARTIFACTS = ("portable", "bytecode", "hlo")
 
 
 @dataclass(frozen=True)
@@ -37,9 +37,21 @@ class NeuronConfig:
     fallback: str = "cpu"
     #: Verify every emitted module with jaxlib's StableHLO verifier (turn off only to measure it).
     verify: bool = True
-    #: Form of the artifact handed to the executor (and to neuronx-cc): ``portable`` = versioned
-    #: StableHLO/VHLO bytecode; ``bytecode`` = plain MLIR bytecode of the verified module.
+    #: Form of the artifact handed to the executor: ``portable`` = versioned StableHLO/VHLO
+    #: bytecode; ``bytecode`` = plain MLIR bytecode of the verified module; ``hlo`` = XLA
+    #: ``HloModuleProto`` (converted by jaxlib). neuronx-cc receives ``module.hlo.pb`` under
+    #: ``hlo`` and plain StableHLO bytecode (``module.mlir``, TorchNeuron's form) otherwise.
     artifact: str = "portable"
+    #: Compilation target: ``cpu`` (XLA CPU only), ``trn2``, ``trn3`` (legality checks, neuronx-cc
+    #: NEFFs, Neuron runtime when a device exists), or ``auto`` (default): the local Neuron
+    #: device's family when a device and the Neuron runtime are present, else ``cpu``. Resolved
+    #: when the config is built, so ``cfg.target`` is never ``auto``.
+    target: str = "auto"
+    #: Logical NeuronCore config (``--lnc``) for trn targets: 1 or 2. None: the Neuron SDK's
+    #: ``NEURON_LOGICAL_NC_CONFIG``, else the target default (2 on trn2/trn3).
+    lnc: int | None = None
+    #: neuronx-cc optimization level (``-O1``/``-O2``/``-O3``).
+    optlevel: int = 2
     #: Most recompiles allowed per compiled frame (new static shapes after the first compile);
     #: one more raises NC202 with the changed input and dim. ``None``: unlimited.
     max_recompiles: int | None = None
@@ -66,6 +78,26 @@ class NeuronConfig:
             raise OptionsError(
                 f"invalid artifact={self.artifact!r}", hint=f"use one of {', '.join(_ARTIFACTS)}"
             )
+        from .targets import TARGET_CHOICES, get_target, resolve_lnc, resolve_target
+
+        if self.target not in TARGET_CHOICES:
+            raise OptionsError(
+                f"invalid target={self.target!r}", hint=f"use one of {', '.join(TARGET_CHOICES)}"
+            )
+        object.__setattr__(self, "target", resolve_target(self.target))
+        target = get_target(self.target)
+        if self.lnc is not None and (
+            isinstance(self.lnc, bool)
+            or self.lnc not in (target.lnc_choices if target.is_neuron else (1, 2))
+        ):
+            raise OptionsError(
+                f"invalid lnc={self.lnc!r} for target {self.target}",
+                hint=f"use one of {', '.join(map(str, target.lnc_choices))} (NCC_EARG001)",
+            )
+        if target.is_neuron:
+            object.__setattr__(self, "lnc", resolve_lnc(target, self.lnc))
+        if isinstance(self.optlevel, bool) or self.optlevel not in (1, 2, 3):
+            raise OptionsError(f"invalid optlevel={self.optlevel!r}", hint="use 1, 2 or 3")
         if self.max_recompiles is not None and (
             isinstance(self.max_recompiles, bool)
             or not isinstance(self.max_recompiles, int)
@@ -101,6 +133,9 @@ ENV_VARS: dict[str, str] = {
     "max_recompiles": ENV_PREFIX + "MAX_RECOMPILES",
     "strict_recompile": ENV_PREFIX + "STRICT_RECOMPILE",
     "buckets": ENV_PREFIX + "BUCKETS",
+    "target": ENV_PREFIX + "TARGET",
+    "lnc": ENV_PREFIX + "LNC",
+    "optlevel": ENV_PREFIX + "OPTLEVEL",
 }
 
 
@@ -153,8 +188,9 @@ def load_config(
     for key in ("verify", "strict_recompile"):
         if key in values:
             values[key] = _parse_bool(key, values[key])
-    if isinstance(values.get("max_recompiles"), str):
-        values["max_recompiles"] = _parse_int("max_recompiles", values["max_recompiles"])
+    for key in ("max_recompiles", "lnc", "optlevel"):
+        if isinstance(values.get(key), str):
+            values[key] = _parse_int(key, values[key].removeprefix("-O"))
     if values.get("buckets") is not None:
         values["buckets"] = _parse_buckets(values["buckets"])
     return NeuronConfig(**values)

@@ -18,6 +18,23 @@ and are reported next to ours, never instead of them.
 | NC402 | CachedCompileFailure | this key failed to compile before; the failure is cached      |
 | NC403 | CacheBundleError    | a cache bundle failed validation (paths, checksums, schema)    |
 | NC404 | CacheUnsafeError    | cache dir writable by others / not ours (warned, not raised)   |
+| NC601 | (report finding)    | a Dynamo graph break (``neuron-compile check``, report/)       |
+| NC602 | (report finding)    | run mode: compiled outputs differ from eager (report/)         |
+| NC501 | StaticShapeViolation | trn legality: a symbolic dim (pre-empts NCC_EMOD025)          |
+| NC502 | DtypeViolation      | trn legality: dtype the target lacks (EVRF004/005/051, ESPP004) |
+| NC503 | Int64Violation      | trn legality: 64-bit value/type reaching neuronx-cc (EVRF062, ESFH002) |
+| NC504 | IntegerDatapathViolation | trn legality: integer dot/conv/scatter-add (EVRF035/060) |
+| NC505 | CustomCallViolation | trn legality: custom-call target not accepted (EHCA005)        |
+| NC506 | IndexRangeViolation | trn legality: static gather/scatter index out of range (EVRF056/031) |
+| NC507 | HbmViolation        | trn legality: estimated HBM footprint > one core (EOOM001)     |
+| NC508 | GraphSizeViolation  | trn legality: graph-size proxy over the instruction limit (EBVF030) |
+| NC521 | NeuronxCcNotFound   | a trn target needs neuronx-cc (PATH / NEURON_COMPILE_NEURONX_CC) |
+| NC522 | NeuronxCcError      | neuronx-cc failed; fields ``ncc_code`` and ``triage``          |
+| NC523 | NeuronxCcTimeout    | neuronx-cc exceeded NEURON_COMPILE_NEURONX_CC_TIMEOUT          |
+| NC531 | NeuronRuntimeError  | the Neuron runtime failed to load or run a NEFF                |
+
+Legality errors (NC50x) carry ``ncc_code`` (the neuronx-cc error they pre-empt), ``target`` and
+``rule``, besides the FX node and the user's line.
 """
 
 from __future__ import annotations
@@ -214,3 +231,60 @@ class CacheBundleError(CacheError, ValueError):
 
 class CacheUnsafeError(CacheError):
     code = "NC404"
+
+
+class LegalityError(NeuronCompileError):
+    """Base of the trn legality violations (``neuron_compile/legality.py``)."""
+
+    code = "NC500"
+
+
+class StaticShapeViolation(LegalityError):
+    code = "NC501"
+
+
+class DtypeViolation(LegalityError):
+    code = "NC502"
+
+
+class Int64Violation(LegalityError):
+    code = "NC503"
+
+
+class IntegerDatapathViolation(LegalityError):
+    code = "NC504"
+
+
+class CustomCallViolation(LegalityError):
+    code = "NC505"
+
+
+class IndexRangeViolation(LegalityError):
+    code = "NC506"
+
+
+class HbmViolation(LegalityError):
+    code = "NC507"
+
+
+class GraphSizeViolation(LegalityError):
+    code = "NC508"
+
+
+class NeuronxCcNotFound(NeuronCompileError):
+    code = "NC521"
+
+
+class NeuronxCcError(NeuronCompileError):
+    """neuronx-cc exited non-zero. Fields: ``ncc_code`` (first ``NCC_*`` code or None),
+    ``triage`` (see ``neuronx_cc.TRIAGE``), ``argv``, ``returncode``, ``log_tail``."""
+
+    code = "NC522"
+
+
+class NeuronxCcTimeout(NeuronxCcError):
+    code = "NC523"
+
+
+class NeuronRuntimeError(NeuronCompileError):
+    code = "NC531"

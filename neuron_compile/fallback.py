@@ -56,6 +56,12 @@ class FallbackRunner:
         self.reasons = list(reasons)
         self.record = record
         self._per_call = Counter(r.op for r in reasons)
+        self._saved_args: tuple[int, ...] = ()
+
+    def read_saved_from(self, link: Any) -> None:
+        """Backward graph after a compiled forward that kept saved activations on the device
+        (neuron_compile/saved.py): eager ops need them as tensors, so convert them here."""
+        self._saved_args = tuple(link.resident)
 
     def __call__(self, args: list[Any]) -> list[Any]:
         self.record.calls += 1
@@ -63,5 +69,13 @@ class FallbackRunner:
             _COUNTS.update(self._per_call)
         call_args = list(args)
         args.clear()
+        if self._saved_args:
+            from .runtime.xla_cpu import to_torch
+            from .saved import token_arrays
+
+            arrays = token_arrays(call_args[self._saved_args[0]])
+            if arrays is not None:
+                for i in self._saved_args:
+                    call_args[i] = to_torch(arrays[i])
         out = self.gm(*call_args)
         return list(out) if isinstance(out, (tuple, list)) else [out]

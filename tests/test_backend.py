@@ -297,7 +297,7 @@ def test_executor_failure_at_run_time_is_coded(monkeypatch):
     f = torch.compile(lambda x: x + 1, backend="neuron")
     f(torch.ones(2))
 
-    def broken(self, inputs, param_slots=None):
+    def broken(self, inputs, *args):
         raise RuntimeError("device lost")
 
     monkeypatch.setattr(xla_cpu.XlaCpuExecutable, "__call__", broken)

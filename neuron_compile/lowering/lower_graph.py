@@ -181,6 +181,11 @@ def _plan_outputs(
     flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     specs: list[OutputSpec] = []
     results: list[Value] = []
+    # A node returned twice (AOTAutograd returns an output that backward also needs both as a
+    # user output and as a saved tensor) is one result: both slots then get the same tensor, so
+    # an in-place edit of the output bumps the saved tensor's version and autograd objects, as
+    # in eager; two copies would silently differentiate the stale value.
+    result_of: dict[fx.Node, int] = {}
     for out in flat:
         if out is None:
             specs.append(OutputSpec("none"))
@@ -192,8 +197,10 @@ def _plan_outputs(
             if not isinstance(val, torch.Tensor):
                 specs.append(OutputSpec("const", value=val))
                 continue
-            specs.append(OutputSpec("result", len(results), val.dtype))
-            results.append(env[out])
+            if out not in result_of:
+                result_of[out] = len(results)
+                results.append(env[out])
+            specs.append(OutputSpec("result", result_of[out], val.dtype))
         else:
             specs.append(OutputSpec("const", value=out))
     return specs, results

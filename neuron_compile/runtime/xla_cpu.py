@@ -160,6 +160,8 @@ class XlaCpuExecutable:
         return bytes(backend.serialize_executable(self._exe))
 
     def _to_xla(self, slots: list[Any] | None, slot: int, t: torch.Tensor) -> Any:
+        if not isinstance(t, torch.Tensor):
+            return t  # already an executor array (a saved activation kept on the device)
         ptr = t.data_ptr()
         cached = slots[slot] if slots is not None else None
         if cached is not None and cached[0] is t and cached[1] == ptr:
@@ -178,16 +180,34 @@ class XlaCpuExecutable:
         return array
 
     def __call__(
-        self, inputs: Sequence[torch.Tensor], param_slots: list[Any] | None = None
-    ) -> list[torch.Tensor]:
-        """Run on ``inputs``. ``param_slots`` (one entry per input, owned by the caller) keeps
-        parameters' XLA aliases between calls; the caller's lifetime bounds what it holds."""
-        to_xla, exp = self._to_xla, self._export
+        self,
+        inputs: Sequence[Any],
+        param_slots: list[Any] | None = None,
+        keep: Sequence[bool] | None = None,
+        register: bool = True,
+    ) -> list[Any]:
+        """Run on ``inputs`` (tensors, or arrays this executor returned earlier).
+
+        ``param_slots`` (one entry per input, owned by the caller) keeps parameters' XLA aliases
+        between calls; the caller's lifetime bounds what it holds. Results flagged in ``keep``
+        stay executor arrays; the others become tensors, remembered for a cheap re-import when
+        ``register`` is set.
+        """
+        to_xla, exp = self._to_xla, _exporter()
         outs = []
         arrays = [to_xla(param_slots, i, t) for i, t in enumerate(inputs)]
-        for array in self._exe.execute(arrays):
+        for i, array in enumerate(self._exe.execute(arrays)):
+            if keep is not None and keep[i]:
+                outs.append(array)
+                continue
             t = exp(array)
-            key = (t.data_ptr(), t.shape, t.dtype)
-            _EXPORTED[key] = (array, weakref.ref(t, _forget(key)))  # the ref must outlive t
+            if register:
+                key = (t.data_ptr(), t.shape, t.dtype)
+                _EXPORTED[key] = (array, weakref.ref(t, _forget(key)))  # the ref must outlive t
             outs.append(t)
         return outs
+
+
+def to_torch(array: Any) -> torch.Tensor:
+    """An executor array as a tensor (zero-copy)."""
+    return _exporter()(array)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from tests.lowering.bessel_poly_cases import BESSEL_POLY_CASES
 from tests.lowering.coverage_cases import COVERAGE_CASES
 from tests.lowering.linalg_cases import LINALG_CASES
 from tests.lowering.opcase import (
@@ -192,6 +193,7 @@ OP_CASES: list[OpCase] = [
     ),
     *COVERAGE_CASES,
     *SPECIAL_CASES,
+    *BESSEL_POLY_CASES,
     *LINALG_CASES,
 ]
 

@@ -403,6 +403,95 @@ COVERAGE_CASES: list[OpCase] = [
     OpCase("instance-norm", F.instance_norm, ((2, 3, 4, 5),), dtypes=F32),
 ]
 
+# Float bit patterns, copies, dist, 3-D adaptive pooling, batch norm with running-stat updates.
+_BITS = [0.0, -0.0, 1.0, 0.75, -5.0, 3e38, 1e-38, 1.17549435e-38, 1e-40, -3e-45]
+_BITS += [math.inf, -math.inf, math.nan]
+COVERAGE_CASES += [
+    OpCase(
+        "frexp-subnormal-special",
+        torch.frexp,
+        ((4, 4),),
+        dtypes=F32,
+        make=lambda s, d: torch.tensor((_BITS + [2.5, -0.1, 7.0])[:16], dtype=d).reshape(s),
+    ),
+    OpCase(
+        "nextafter",
+        torch.nextafter,
+        ((2, 6), (2, 6)),
+        dtypes=F32,
+        make=(
+            lambda s, d: torch.tensor(
+                [[0.0, -0.0, 1.0, 1.0, math.nan, math.inf], [-1e-45, 1e-40, 2.0, -3.0, 5.0, -2.0]],
+                dtype=d,
+            ),
+            lambda s, d: torch.tensor(
+                [[-1.0, 1.0, 2.0, 0.0, 1.0, 0.0], [1.0, 0.0, 2.0, -4.0, -math.inf, math.nan]],
+                dtype=d,
+            ),
+        ),
+    ),  # fmt: skip
+    OpCase(
+        "dist-p",
+        lambda a, b: [torch.dist(a, b, p) for p in (2, 1, 3.5, 0, math.inf, -math.inf)],
+        ((3, 4, 5), (4, 1)),
+        dtypes=F32,
+    ),
+    OpCase("permute-copy", lambda a: torch.permute_copy(a, (2, 0, 1)), ((2, 3, 4),)),
+    OpCase("unbind-copy", lambda a: torch.unbind_copy(a, -2), ((2, 3, 4),)),
+    OpCase(
+        "adaptive-avg-pool3d",
+        lambda a: (F.adaptive_avg_pool3d(a, (2, 3, 4)), F.adaptive_avg_pool3d(a, 1)),
+        ((2, 3, 5, 7, 6),),
+        dtypes=F32,
+    ),
+    OpCase(
+        "adaptive-max-pool3d",
+        lambda a: F.adaptive_max_pool3d(a, (2, 3, 4), return_indices=True),
+        ((3, 5, 7, 6),),
+        dtypes=F32,
+    ),
+    OpCase(
+        "batch-norm-with-update",
+        lambda x, w, b, rm, rv: torch.ops.aten._batch_norm_with_update_functional(
+            x, w, b, rm, rv, 0.3, 1e-5
+        ),
+        ((4, 3, 5), (3,), (3,), (3,), (3,)),
+        dtypes=F32,
+        make=(randn, randn, randn, randn, positive),
+    ),
+]
+
+COVERAGE_CASES += [
+    OpCase(
+        "as-strided-scatter",
+        lambda a, b: torch.as_strided_scatter(a, b, (3, 2), (4, 1), 2),
+        ((4, 4), (3, 2)),
+    ),
+    OpCase(
+        "nonzero-static",
+        lambda a: (
+            torch.nonzero_static(a, size=20),
+            torch.nonzero_static(a, size=3, fill_value=9),
+        ),
+        ((3, 4, 2),),
+        dtypes=(*F32, torch.int32, torch.bool),
+        make=lambda s, d: torch.randint(0, 2, s).to(d),
+    ),
+    OpCase(
+        "bilinear",
+        F.bilinear,
+        ((5, 3), (5, 4), (6, 3, 4), (6,)),
+        dtypes=F32,
+    ),
+    OpCase(
+        "mode",
+        lambda a: (torch.mode(a, 1).values, torch.mode(a, 0, keepdim=True).values),
+        ((4, 9),),
+        dtypes=(*F32, torch.int32),
+        make=ties,
+    ),
+]
+
 # Regression: a tensor bound larger than x (clamp broadcasts all three operands).
 COVERAGE_CASES.append(
     OpCase("clamp-max-broadcast-bound", torch.clamp_max, ((10, 1, 5), (10, 10, 5)), dtypes=F32)

@@ -1,7 +1,8 @@
 """LINALG_CASES: linear-algebra entries of the OP_CASES table (issue 3): Cholesky, triangular
-solves, and the LU-based solve / inv / det / slogdet / lu_factor. Inputs are well conditioned
-(symmetric positive-definite ``M Mᵀ + n·I``, or triangular with a dominant diagonal) so float32
-results agree with eager's LAPACK to ~1e-4."""
+solves, the LU-based solve / inv / det / slogdet / lu_factor, and the Jacobi eigh / SVD / pinv.
+Inputs are well conditioned (symmetric positive-definite ``M Mᵀ + n·I``, or triangular with a
+dominant diagonal) so float32 results agree with eager's LAPACK to ~1e-4. Eigen- and singular
+vectors are compared through sign-invariant forms (|V|, U Vh): their signs are not LAPACK's."""
 
 from __future__ import annotations
 
@@ -33,6 +34,24 @@ def lower_tri(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 def upper_tri(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     return lower_tri(shape, dtype).mT.contiguous()
+
+
+def _svd_invariants(u, s, vh):
+    return u @ vh, s, u.abs(), vh.abs()
+
+
+def _geqrf_q(a):
+    packed, tau = torch.geqrf(a)
+    return packed, tau, torch.linalg.householder_product(packed, tau)
+
+
+def _ormqr_all(a, c):
+    packed, tau = torch.geqrf(a)
+    return tuple(
+        torch.ormqr(packed, tau, c if left else c.mT, left=left, transpose=t)
+        for left in (True, False)
+        for t in (False, True)
+    )
 
 
 def _case(name, fn, shapes, make) -> OpCase:
@@ -120,4 +139,102 @@ LINALG_CASES: list[OpCase] = [
         ((2, 4, 4), (2, 4, 3)),
         (general, randn),
     ),
+    # Cholesky-based solves and linalg.lu
+    _case(
+        "cholesky-solve-lower-broadcast",
+        lambda b, a: torch.cholesky_solve(b, torch.linalg.cholesky(a)),
+        ((2, 4, 3), (4, 4)),
+        (randn, spd),
+    ),
+    _case(
+        "cholesky-solve-upper",
+        lambda b, a: torch.cholesky_solve(b, torch.linalg.cholesky(a, upper=True), upper=True),
+        ((2, 5, 2), (2, 5, 5)),
+        (randn, spd),
+    ),
+    _case(
+        "cholesky-inverse",
+        lambda a: (
+            torch.cholesky_inverse(torch.linalg.cholesky(a)),
+            torch.cholesky_inverse(torch.linalg.cholesky(a, upper=True), upper=True),
+        ),
+        ((2, 4, 4),),
+        spd,
+    ),
+    _case("linalg-lu-square", torch.linalg.lu, ((2, 4, 4),), general),
+    _case(
+        "linalg-lu-wide-tall",
+        lambda a: (*torch.linalg.lu(a), *torch.linalg.lu(a.mT)),
+        ((3, 5),),
+        randn,
+    ),
+    _case(
+        "lu-unpack-partial",
+        lambda a: (
+            torch.lu_unpack(*torch.linalg.lu_factor(a), unpack_data=False).P,
+            torch.lu_unpack(*torch.linalg.lu_factor(a), unpack_pivots=False).L,
+        ),
+        ((2, 4, 4),),
+        general,
+    ),
+    # Jacobi eigh / SVD and what is built on them
+    _case("eigvalsh", torch.linalg.eigvalsh, ((3, 5, 5),), randn),
+    _case(
+        "eigh-abs-vectors-upper",
+        lambda a: [t.abs() if i else t for i, t in enumerate(torch.linalg.eigh(a, UPLO="U"))],
+        ((2, 4, 4),),
+        randn,
+    ),
+    _case(
+        "svdvals-tall-wide",
+        lambda a: (torch.linalg.svdvals(a), torch.linalg.svdvals(a.mT)),
+        ((2, 6, 4),),
+        randn,
+    ),
+    _case(
+        "svd-sign-invariant",
+        lambda a: _svd_invariants(*torch.linalg.svd(a, full_matrices=False)),
+        ((2, 5, 3),),
+        randn,
+    ),
+    _case("pinv", torch.linalg.pinv, ((2, 6, 4),), randn),
+    _case(
+        "pinv-rank-deficient",
+        lambda a, b: torch.linalg.pinv(a @ b),
+        ((7, 2), (2, 5)),
+        (randn, randn),
+    ),
+    _case(
+        "pinv-hermitian-atol",
+        lambda a: (torch.linalg.pinv(a + a.mT, hermitian=True), torch.linalg.pinv(a, atol=0.5)),
+        ((2, 4, 4),),
+        randn,
+    ),
+    _case(
+        "matrix-rank-cond-nuc",
+        lambda a, b: (
+            torch.linalg.matrix_rank(a @ b),
+            torch.linalg.matrix_rank(a @ a.mT, hermitian=True),
+            torch.linalg.cond(b @ b.mT),
+            torch.linalg.matrix_norm(a, "nuc"),
+            torch.linalg.matrix_norm(a, 2),
+        ),
+        ((6, 2), (2, 6)),
+        (randn, randn),
+    ),
+    # Householder QR (LAPACK's sign convention, so Q and R match eager exactly)
+    _case(
+        "qr-modes",
+        lambda a: (
+            *torch.linalg.qr(a),
+            *torch.linalg.qr(a, mode="complete"),
+            torch.linalg.qr(a, mode="r").R,
+        ),
+        ((2, 5, 3),),
+        randn,
+    ),
+    _case("qr-wide", lambda a: tuple(torch.linalg.qr(a)), ((3, 5),), randn),
+    _case("geqrf-householder-product", _geqrf_q, ((2, 5, 3),), randn),
+    _case("ormqr-sides", _ormqr_all, ((5, 3), (5, 4)), (randn, randn)),
+    _case("matrix-exp", torch.linalg.matrix_exp, ((2, 4, 4),), lambda s, d: torch.randn(s) * 3),
 ]

@@ -1,5 +1,5 @@
 """SPECIAL_CASES: special functions (lgamma, digamma, polygamma, zeta, Bessel I0/I1, erfcx, ndtri,
-log_ndtr) against eager PyTorch's Cephes / libm kernels; part of ``cases.OP_CASES``.
+log_ndtr, incomplete gamma) against eager PyTorch's Cephes / libm kernels; part of ``cases.OP_CASES``.
 
 Tolerances: our lowerings use XLA's float32 formulas (Lanczos for lgamma/digamma, Euler-Maclaurin
 for zeta), which are accurate to a few float32 ulps in relative terms except next to the zeros of
@@ -102,4 +102,15 @@ SPECIAL_CASES: list[OpCase] = [
     OpCase("erfcx", torch.special.erfcx, SHAPE, dtypes=F32, make=_REAL, tol=F32_TOL),
     OpCase("log-ndtr", torch.special.log_ndtr, SHAPE, dtypes=F32, make=_REAL, tol=F32_TOL),
     OpCase("ndtri", torch.special.ndtri, SHAPE, dtypes=F32, make=_PROB, tol=F32_TOL),
+    OpCase(
+        "igamma-igammac",
+        lambda a, x: (torch.special.gammainc(a, x), torch.special.gammaincc(a, x)),
+        ((6, 8), (6, 8)),
+        dtypes=F32,
+        make=(
+            _spread(0.05, 40.0, [0.0, 0.0, 1.0, _INF, _INF, -1.0, 0.5, 150.0, 250.0]),
+            _spread(0.01, 45.0, [1.0, 0.0, 0.0, 1.0, _INF, 1.0, 1e-3, 160.0, 300.0]),
+        ),
+        tol={torch.float32: (1e-4, 1e-6)},
+    ),
 ]

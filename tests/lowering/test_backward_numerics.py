@@ -246,8 +246,18 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Callable[[], torch.Tensor], ...
         (lambda: _image(2, 3, 7, 5),),
         F32,
     ),
+    "adaptive-pool3d": (
+        lambda a: F.adaptive_avg_pool3d(a, (2, 3, 2)).sum() + F.adaptive_max_pool3d(a, (3, 2, 2)),
+        (lambda: _distinct(2, 2, 5, 4, 3),),
+        F32,
+    ),
     "local-response-norm": (lambda a: F.local_response_norm(a, 3), (lambda: _image(*IMG),), F32),
     # distances
+    "dist": (
+        lambda a, b: torch.dist(a, b) + torch.dist(a, b, 3.0) + torch.dist(a, b, math.inf),
+        (lambda: _distinct(3, 4), lambda: torch.randn(4)),
+        F32,
+    ),
     "cdist": (
         lambda a, b: torch.cdist(a, b) + torch.cdist(a, b, 1.0) + torch.cdist(a, b, 3.0),
         (lambda: torch.randn(5, 3), lambda: torch.randn(4, 3)),
@@ -261,6 +271,42 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Callable[[], torch.Tensor], ...
         F32,
     ),
     "instance-norm": (F.instance_norm, (lambda: _image(*IMG),), F32),
+    "batch-norm-with-update": (
+        lambda x, w, b: torch.ops.aten._batch_norm_with_update(
+            x, w, b, torch.zeros(3), torch.ones(3), 0.1, 1e-5
+        )[0],
+        (lambda: torch.randn(4, 3, 5), lambda: torch.randn(3), lambda: torch.randn(3)),
+        F32,
+    ),
+    "bilinear": (
+        F.bilinear,
+        (
+            lambda: torch.randn(5, 3),
+            lambda: torch.randn(5, 4),
+            lambda: torch.randn(6, 3, 4),
+            lambda: torch.randn(6),
+        ),
+        F32,
+    ),
+    "igamma-x": (
+        lambda x: (
+            torch.special.gammainc(torch.full_like(x, 2.5), x)
+            + torch.special.gammaincc(torch.full_like(x, 0.7), x)
+        ),
+        (lambda: torch.rand(X) * 5 + 0.1,),
+        F32,
+    ),
+    "mode-values": (
+        lambda a: torch.mode(a, 0).values,
+        (lambda: torch.randint(0, 3, (5, 4)).float(),),
+        F32,
+    ),
+    # bit-level float ops: frexp's mantissa has gradient 2^-exponent
+    "frexp-nextafter": (
+        lambda a, b: torch.frexp(a * 5).mantissa + torch.nextafter(a, b),
+        (lambda: torch.randn(X), lambda: torch.randn(X)),
+        F32,
+    ),
 }
 
 

@@ -46,6 +46,38 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Callable[[], torch.Tensor], ...
     "det": (lambda a: torch.linalg.det(a), (lambda: _general(2, 4, 4),)),
     "lu-factor": (lambda a: torch.linalg.lu_factor(a).LU, (lambda: _general(2, 4, 4),)),
     "slogdet": (lambda a: torch.linalg.slogdet(a).logabsdet, (lambda: _general(2, 4, 4),)),
+    "cholesky-solve": (
+        lambda b, a: torch.cholesky_solve(b, torch.linalg.cholesky(a)),
+        (lambda: torch.randn(2, 4, 3), lambda: _spd(2, 4, 4)),
+    ),
+    "cholesky-inverse-upper": (
+        lambda a: torch.cholesky_inverse(torch.linalg.cholesky(a, upper=True), upper=True),
+        (lambda: _spd(4, 4),),
+    ),
+    "linalg-lu": (lambda a: sum(torch.linalg.lu(a)[1:]), (lambda: _general(2, 4, 4),)),
+    # Jacobi eigh / SVD: sign-invariant outputs only (the vectors' signs are not LAPACK's)
+    "eigvalsh": (lambda a: torch.linalg.eigvalsh(a), (lambda: torch.randn(2, 4, 4),)),
+    "eigh-abs": (
+        lambda a: torch.linalg.eigh(a).eigenvectors.abs(),
+        (lambda: torch.randn(4, 4),),
+    ),
+    "svdvals": (lambda a: torch.linalg.svdvals(a), (lambda: torch.randn(2, 5, 3),)),
+    "svd-product": (
+        lambda a: (lambda u, s, vh: u @ vh + s.sum())(*torch.linalg.svd(a, full_matrices=False)),
+        (lambda: torch.randn(3, 5),),
+    ),
+    "pinv": (lambda a: torch.linalg.pinv(a), (lambda: torch.randn(2, 5, 3),)),
+    "qr": (lambda a: sum(torch.linalg.qr(a)), (lambda: torch.randn(4, 4),)),
+    "qr-tall-batched": (lambda a: torch.linalg.qr(a).R, (lambda: torch.randn(2, 5, 3),)),
+    "householder-product": (
+        lambda a, tau: torch.linalg.householder_product(a, tau),
+        (lambda: torch.randn(5, 3), lambda: torch.rand(3) + 0.5),
+    ),
+    "matrix-exp": (lambda a: torch.linalg.matrix_exp(a), (lambda: torch.randn(2, 3, 3),)),
+    "pinv-hermitian": (
+        lambda a: torch.linalg.pinv(a + a.mT, hermitian=True),
+        (lambda: _general(4, 4),),
+    ),
 }
 
 

@@ -204,3 +204,24 @@ def _lower_native_batch_norm(
     if training:  # the predicate guarantees there are no running stats to update
         return _train(ctx, x, weight, bias, eps)[0]
     return _eval(ctx, x, weight, bias, running_mean, running_var, eps)
+
+
+@lowering(aten._batch_norm_with_update_functional.default, supports=floats)
+def _lower_batch_norm_with_update_functional(
+    ctx: LoweringContext,
+    x: Value,
+    weight: Value | None,
+    bias: Value | None,
+    running_mean: Value,
+    running_var: Value,
+    momentum: float,
+    eps: float,
+) -> tuple[Value, Value, Value, Value, Value, Value]:
+    """Training-mode batch norm with running-stat updates (the newer op family's functional
+    form): (out, save_mean, save_rstd, reserve, new_running_mean, new_running_var). ``reserve``
+    is cuDNN's workspace; CPU returns it empty."""
+    outs, mean, var = _train(ctx, x, weight, bias, eps)
+    new_mean = _ema(ctx, running_mean, mean, momentum, 4)
+    new_var = _ema(ctx, running_var, _unbiased(ctx, x, var), momentum, 5)
+    reserve = ctx.out_type(3)
+    return (*outs, ctx.emit.full(0, reserve.shape, reserve.dtype), new_mean, new_var)

@@ -454,3 +454,31 @@ def _masked_put(
         return e.select(pick, taken, x)
     added = e.select(pick, taken, ctx.full_like(0, x))
     return e.binary("or" if x.dtype == torch.bool else "add", x, added)
+
+
+@lowering(aten.nonzero_static.default, supports=any_dtype)
+def _lower_nonzero_static(
+    ctx: LoweringContext, x: Value, *, size: int, fill_value: int = -1
+) -> Value:
+    """(size, ndim) coordinates of the first ``size`` non-zero elements in row-major order, rows
+    past the last one filled with ``fill_value``: a static-shape scatter of every element's
+    coordinates to its rank among the non-zeros (elements that are zero, or ranked past
+    ``size``, are sent out of bounds, which scatter drops)."""
+    e = ctx.emit
+    out = ctx.out_type()
+    n = math.prod(x.shape)
+    if 0 in out.shape or n == 0:  # (size, 0) for a 0-d input: nothing to compute
+        return e.full(fill_value, out.shape, out.dtype)
+    flat = e.reshape(e.compare(x, ctx.full_like(0, x), "NE"), [n])
+    hits = e.convert(flat, INDEX)
+    (rank,) = scan(ctx, [hits], [e.scalar(0, INDEX)], 0, lambda a, b: [e.binary("add", a, b)])
+    rank = e.binary("subtract", rank, e.full(1, [n], INDEX))  # 0-based among the non-zeros
+    target = e.select(flat, rank, e.full(size, [n], INDEX))
+    coords = [e.reshape(e.iota(x.shape, d, INDEX), [n, 1]) for d in range(x.rank)]
+    updates = e.convert(e.concatenate(coords, 1), out.dtype)
+    base = e.full(fill_value, out.shape, out.dtype)
+    return e.scatter(
+        base, e.reshape(target, [n, 1]), updates, update_window_dims=[1],
+        inserted_window_dims=[0], scatter_dims_to_operand_dims=[0], index_vector_dim=1,
+        combiner=None,
+    )  # fmt: skip

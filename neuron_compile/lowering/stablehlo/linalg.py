@@ -426,9 +426,6 @@ def _lu_unpack_support(node) -> str | None:
     lu = node.args[0].meta["val"]
     if lu.dtype != torch.float32:
         return f"dtype {lu.dtype} not supported"
-    flags = list(node.args[2:4]) + [node.kwargs.get(k) for k in ("unpack_data", "unpack_pivots")]
-    if any(f is False for f in flags):
-        return "only unpack_data=True, unpack_pivots=True is lowered"
     return None
 
 
@@ -441,7 +438,8 @@ def _lower_lu_unpack(
     unpack_pivots: bool = True,
 ) -> tuple[Value, Value, Value]:
     """(P, L, U) with A = P L U: P[i, j] = (perm[j] == i), L the unit lower (m, k) part and U
-    the upper (k, n) part of the packed factors, k = min(m, n)."""
+    the upper (k, n) part of the packed factors, k = min(m, n). Parts not asked for
+    (``unpack_data`` / ``unpack_pivots`` false) come back empty, as eager returns them."""
     e = ctx.emit
     r = lu.rank
     m, n = lu.shape[-2:]
@@ -458,7 +456,12 @@ def _lower_lu_unpack(
     low = e.select(eye, ctx.full_like(1.0, low), low)
     up = e.slice(lu, zero, (*batch, k, n), [1] * r)
     up = e.select(_triangle_mask(ctx, up.shape, False), up, ctx.full_like(0.0, up))
-    return p, low, up
+    outs = [p, low, up]
+    for i, out in enumerate(outs):
+        want = ctx.out_type(i)
+        if want.shape != out.shape:  # not requested: an empty (0,) tensor
+            outs[i] = e.full(0, want.shape, want.dtype)
+    return tuple(outs)
 
 
 def _lu_solve_support(node) -> str | None:

@@ -80,3 +80,32 @@ def _add_bias(ctx: LoweringContext, product: Value, bias: Value, beta: float) ->
         "add", product, ctx.broadcast_to(_scaled(ctx, bias, beta), product.shape)
     )
     return ctx.emit.convert(total, ctx.out_dtype)
+
+
+@lowering(aten._trilinear.default, supports=float_matmul)
+def _lower_trilinear(
+    ctx: LoweringContext,
+    i1: Value,
+    i2: Value,
+    i3: Value,
+    expand1: list[int],
+    expand2: list[int],
+    expand3: list[int],
+    sumdim: list[int],
+    unroll_dim: int = 1,
+) -> Value:
+    """``(i1 * i2 * i3).sum(sumdim)`` after unsqueezing each input at its ``expand`` dims (what
+    ``F.bilinear`` lowers to). ``unroll_dim`` only picks eager's loop order, not the result."""
+    e = ctx.emit
+    acc = ctx.compute_dtype(ctx.out_dtype)
+    total = i1.rank + len(expand1)
+    parts = []
+    for x, expand in ((i1, expand1), (i2, expand2), (i3, expand3)):
+        shape, it = [], iter(x.shape)
+        for d in range(total):
+            shape.append(1 if d in expand else next(it))
+        parts.append(e.reshape(e.convert(x, acc), shape))
+    a, b, c = ctx.promote(*parts, dtype=acc)
+    prod = e.binary("multiply", e.binary("multiply", a, b), c)
+    summed = e.reduce_simple(prod, 0.0, sorted(set(sumdim)), "add")
+    return e.convert(summed, ctx.out_dtype)

@@ -166,20 +166,10 @@ def _lower_prod(
 
 
 # ---- norms ----------------------------------------------------------------------------------
-@lowering(aten.linalg_vector_norm.default, supports=dtypes_in(*FLOATS))
-def _lower_linalg_vector_norm(
-    ctx: LoweringContext,
-    x: Value,
-    ord: float = 2,  # noqa: A002
-    dim=None,
-    keepdim: bool = False,
-    *,
-    dtype: torch.dtype | None = None,
-) -> Value:
-    """``ord`` = 2 / 1 / inf / -inf / 0 / p, computed in float32 for low-precision inputs."""
+def _vector_norm(ctx: LoweringContext, x: Value, ord: float, dims: list[int]) -> Value:  # noqa: A002
+    """The ``ord``-norm of float ``x`` over ``dims`` (dropped)."""
     e = ctx.emit
-    dims = reduce_dims(dim, x.rank)
-    a = e.unary("abs", e.convert(x, ctx.compute_dtype(ctx.out_dtype)))
+    a = e.unary("abs", x)
     if ord == math.inf:
         reduced = e.reduce_simple(a, 0.0, dims, "maximum")
     elif ord == -math.inf:
@@ -195,7 +185,32 @@ def _lower_linalg_vector_norm(
         powered = e.binary("power", a, ctx.full_like(float(ord), a))
         total = e.reduce_simple(powered, 0, dims, "add")
         reduced = e.binary("power", total, ctx.full_like(1.0 / float(ord), total))
-    return e.convert(keep_dims(ctx, reduced, x, dims, keepdim), ctx.out_dtype)
+    return reduced
+
+
+@lowering(aten.linalg_vector_norm.default, supports=dtypes_in(*FLOATS))
+def _lower_linalg_vector_norm(
+    ctx: LoweringContext,
+    x: Value,
+    ord: float = 2,  # noqa: A002
+    dim=None,
+    keepdim: bool = False,
+    *,
+    dtype: torch.dtype | None = None,
+) -> Value:
+    """``ord`` = 2 / 1 / inf / -inf / 0 / p, computed in float32 for low-precision inputs."""
+    dims = reduce_dims(dim, x.rank)
+    reduced = _vector_norm(ctx, ctx.emit.convert(x, ctx.compute_dtype(ctx.out_dtype)), ord, dims)
+    return ctx.emit.convert(keep_dims(ctx, reduced, x, dims, keepdim), ctx.out_dtype)
+
+
+@lowering(aten.dist.default, supports=dtypes_in(*FLOATS))
+def _lower_dist(ctx: LoweringContext, a, b, p: float = 2) -> Value:
+    """``vector_norm(a - b, p)`` over every element, after broadcasting and promotion."""
+    e = ctx.emit
+    a, b = ctx.promote(a, b, dtype=ctx.compute_dtype(ctx.out_dtype))
+    diff = e.binary("subtract", a, b)
+    return e.convert(_vector_norm(ctx, diff, float(p), list(range(diff.rank))), ctx.out_dtype)
 
 
 # ---- arg-reductions -------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def _lower_identity(ctx: LoweringContext, x: Value, **_: object) -> Value:
     return x
 
 
-@lowering(aten.permute.default, supports=any_dtype)
+@lowering(aten.permute.default, aten.permute_copy.default, supports=any_dtype)
 def _lower_permute(ctx: LoweringContext, x: Value, dims: Sequence[int]) -> Value:
     return ctx.emit.transpose(x, [_dim(d, x.rank) for d in dims])
 
@@ -130,17 +130,46 @@ def _lower_as_strided(
     """A gather from the flattened input with a constant table of storage positions."""
     e = ctx.emit
     n = math.prod(x.shape)
-    positions = np.full(tuple(size), storage_offset or 0, dtype=np.int64)
+    idx = _storage_positions(ctx, size, stride, storage_offset)
+    return e.gather(
+        e.reshape(x, [n]), idx, offset_dims=[], collapsed_slice_dims=[0], start_index_map=[0],
+        index_vector_dim=len(size), slice_sizes=[1], out_shape=ctx.out_shape,
+    )  # fmt: skip
+
+
+def _storage_positions(
+    ctx: LoweringContext, size: Sequence[int], stride: Sequence[int], offset: int | None
+) -> Value:
+    """(*size, 1) int32 constant: the storage position of every element of the strided view."""
+    positions = np.full(tuple(size), offset or 0, dtype=np.int64)
     for d, (sz, st) in enumerate(zip(size, stride, strict=True)):
         shape = [1] * len(size)
         shape[d] = sz
         positions = positions + (np.arange(sz) * st).reshape(shape)
     table = positions.astype(np.int32).reshape(*size, 1)
-    idx = e.constant(table, TensorType(tuple(table.shape), torch.int32))
-    return e.gather(
-        e.reshape(x, [n]), idx, offset_dims=[], collapsed_slice_dims=[0], start_index_map=[0],
-        index_vector_dim=len(size), slice_sizes=[1], out_shape=ctx.out_shape,
+    return ctx.emit.constant(table, TensorType(tuple(table.shape), torch.int32))
+
+
+@lowering(aten.as_strided_scatter.default, supports=_contiguous_input)
+def _lower_as_strided_scatter(
+    ctx: LoweringContext,
+    x: Value,
+    src: Value,
+    size: Sequence[int],
+    stride: Sequence[int],
+    storage_offset: int | None = None,
+) -> Value:
+    """``x`` with the strided view's storage positions overwritten by ``src`` (a scatter into the
+    flattened input; positions a self-overlapping view repeats get one of their writes)."""
+    e = ctx.emit
+    n = math.prod(x.shape)
+    idx = _storage_positions(ctx, size, stride, storage_offset)
+    flat = e.scatter(
+        e.reshape(x, [n]), idx, e.convert(src, x.dtype), update_window_dims=[],
+        inserted_window_dims=[0], scatter_dims_to_operand_dims=[0],
+        index_vector_dim=len(size), combiner=None,
     )  # fmt: skip
+    return e.reshape(flat, x.shape)
 
 
 @lowering(aten.select.int, supports=any_dtype)
@@ -178,6 +207,13 @@ def _lower_split(ctx: LoweringContext, x: Value, size: int, dim: int = 0) -> lis
     total = x.shape[_dim(dim, x.rank)]
     sizes = [min(size, total - i) for i in range(0, total, size)] or [0]
     return _split(ctx, x, sizes, dim)
+
+
+@lowering(aten.unbind_copy.int, aten.unbind.int, supports=any_dtype)
+def _lower_unbind(ctx: LoweringContext, x: Value, dim: int = 0) -> list[Value]:
+    dim = _dim(dim, x.rank)
+    shape = [d for i, d in enumerate(x.shape) if i != dim]
+    return [ctx.emit.reshape(p, shape) for p in _split(ctx, x, [1] * x.shape[dim], dim)]
 
 
 @lowering(aten.cat.default, supports=any_dtype)

@@ -1,4 +1,4 @@
-"""Sorting and order statistics: sort (stable or not), topk, kthvalue, median, bucketize.
+"""Sorting and order statistics: sort (stable or not), topk, kthvalue, median, mode, bucketize.
 
 One ``stablehlo.sort`` over (values, iota) pairs. The comparator orders like eager PyTorch: NaN
 sorts above every number (last ascending, first descending) and ties keep their input order
@@ -18,7 +18,7 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import ALL_DTYPES, dtypes_in, lowering
-from .reduction import INDEX
+from .reduction import INDEX, _minmax_init
 
 aten = torch.ops.aten
 any_dtype = dtypes_in(*ALL_DTYPES)
@@ -231,3 +231,58 @@ def _lower_searchsorted(
 ) -> Value:
     right = right or side == "right"
     return ctx.emit.convert(_count_below(ctx, seq, x, right), ctx.out_dtype)
+
+
+_MODE_MAX_LEN = 2048  # mode compares every pair along dim: n^2 work and memory per slice
+
+
+def _mode_support(node: fx.Node) -> str | None:
+    why = any_dtype(node)
+    if why:
+        return why
+    x = node.args[0].meta["val"]
+    if x.ndim == 0:
+        return None
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
+    n = x.shape[_dim(dim, x.ndim)]
+    if n == 0 or n > _MODE_MAX_LEN:
+        return f"mode along a dim of size {n} is not lowered (1 .. {_MODE_MAX_LEN})"
+    return None
+
+
+@lowering(aten.mode.default, supports=_mode_support)
+def _lower_mode(
+    ctx: LoweringContext, x: Value, dim: int = -1, keepdim: bool = False
+) -> tuple[Value, Value]:
+    """The most frequent value along ``dim`` (the smallest among equally frequent ones, as eager's
+    sorted scan picks) and an index holding it (the last; eager promises none in particular).
+    Frequencies come from comparing every pair of elements along ``dim``."""
+    e = ctx.emit
+    out_idx = ctx.out_type(1).dtype
+    if x.rank == 0:
+        return x, e.full(0, (), out_idx)
+    d = _dim(dim, x.rank)
+    perm = [i for i in range(x.rank) if i != d] + [d]
+    xt = e.transpose(x, perm)  # (..., n)
+    r = xt.rank
+    n = xt.shape[-1]
+    pair_shape = (*xt.shape, n)
+    lead = list(range(r - 1))
+    xi = e.broadcast_in_dim(xt, pair_shape, [*lead, r - 1])
+    xj = e.broadcast_in_dim(xt, pair_shape, [*lead, r])
+    count = e.reduce_simple(e.convert(e.compare(xi, xj, "EQ"), INDEX), 0, [r], "add")  # (..., n)
+    best = e.reduce_simple(count, 0, [r - 1], "maximum")
+    cand = e.compare(count, e.broadcast_in_dim(best, count.shape, lead), "EQ")
+    top = _minmax_init(xt.dtype, largest=False)  # non-candidates never win the minimum
+    value = e.reduce_simple(e.select(cand, xt, ctx.full_like(top, xt)), top, [r - 1], "minimum")
+    pos = e.iota(xt.shape, r - 1, INDEX)
+    holds = e.compare(xt, e.broadcast_in_dim(value, xt.shape, lead), "EQ")
+    index = e.reduce_simple(
+        e.select(holds, pos, e.full(-1, xt.shape, INDEX)), -1, [r - 1], "maximum"
+    )
+    index = e.convert(index, out_idx)
+    if keepdim:
+        shape = list(x.shape)
+        shape[d] = 1
+        value, index = e.reshape(value, shape), e.reshape(index, shape)
+    return value, index

@@ -299,3 +299,18 @@ def test_in_place_training_batch_norm_is_rejected_with_a_reason():
     assert isinstance(reason, str)
     assert "running_mean/running_var in place" in reason
     assert "_native_batch_norm_legit_functional" in reason
+
+
+def test_adaptive_pool3d_gathers_or_contracts_each_spatial_dim():
+    import torch.nn.functional as F
+
+    x = torch.randn(1, 2, 5, 4, 3)
+    text = lower_to_text(lambda a: F.adaptive_max_pool3d(a, (2, 3, 2), return_indices=True), x)
+    # three window gathers per operand (values, flat indices), one variadic reduce over K1, K2, K3
+    FileCheck().check("stablehlo.gather").check("stablehlo.gather").check("stablehlo.gather").check(
+        "stablehlo.reduce"
+    ).check_same("across dimensions = [3, 5, 7]").run(text)
+    text = lower_to_text(lambda a: F.adaptive_avg_pool3d(a, (2, 3, 2)), x)
+    FileCheck().check("stablehlo.dot_general").check("stablehlo.dot_general").check(
+        "stablehlo.dot_general"
+    ).check_not("stablehlo.reduce_window").run(text)

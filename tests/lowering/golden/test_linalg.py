@@ -73,3 +73,49 @@ def test_non_float32_is_rejected_with_a_reason():
     (node,) = [n for n in gm.graph.nodes if n.target is torch.ops.aten.linalg_inv_ex.default]
     node.args[0].meta["val"] = torch.empty(3, 3, dtype=torch.bfloat16)
     assert "dtype torch.bfloat16 not supported" in registry.lookup(node)
+
+
+def test_cholesky_solve_is_two_triangular_solves():
+    text = lower_to_text(
+        lambda b, a: torch.cholesky_solve(b, a), torch.randn(4, 2), torch.randn(4, 4).tril()
+    )
+    FileCheck().check("stablehlo.triangular_solve").check_same("NO_TRANSPOSE").check(
+        "stablehlo.triangular_solve"
+    ).check_same("transpose_a = #stablehlo<transpose TRANSPOSE>").check_not("stablehlo.while").run(
+        text
+    )
+
+
+def test_eigh_is_a_jacobi_while_then_an_ascending_sort():
+    text = lower_to_text(torch.linalg.eigvalsh, torch.randn(2, 3, 3))
+    # each rotation: c = rsqrt(1 + t^2), then J^T A J (two dot_generals); eigenvalues sorted
+    FileCheck().check("stablehlo.while").check("stablehlo.rsqrt").check(
+        "stablehlo.dot_general"
+    ).check("stablehlo.dot_general").check("stablehlo.sort").check("stablehlo.compare LT").run(text)
+    FileCheck().check_not("custom_call").run(text)
+
+
+def test_svd_is_one_sided_jacobi_sorted_descending():
+    text = lower_to_text(torch.linalg.svdvals, torch.randn(5, 3))
+    # one-sided: the Gram matrix A^T A of the rotated columns, no J^T A product
+    FileCheck().check("stablehlo.while").check("stablehlo.dot_general").check_same(
+        "contracting_dims = [0] x [0]"
+    ).check("stablehlo.sqrt").check("stablehlo.sort").check("stablehlo.compare GT").run(text)
+    FileCheck().check_not("custom_call").run(text)
+
+
+def test_geqrf_is_one_householder_while_with_lapack_signs():
+    text = lower_to_text(torch.geqrf, torch.randn(5, 3))
+    # column norm, beta = -sign(alpha) norm (a select on alpha < 0), rank-1 update v (vᵀ A)
+    FileCheck().check("stablehlo.while").check("stablehlo.sqrt").check("compare LT").check_same(
+        "FLOAT"
+    ).check("stablehlo.negate").check("stablehlo.dot_general").run(text)
+    FileCheck().check_not("custom_call").run(text)
+
+
+def test_matrix_exp_squares_in_a_while_after_a_taylor_polynomial():
+    text = lower_to_text(torch.linalg.matrix_exp, torch.randn(2, 3, 3))
+    # the Horner chain ends with the 1/1 term; then the squaring loop up to the largest s
+    FileCheck().check("stablehlo.power").check("stablehlo.dot_general").check(
+        "stablehlo.while"
+    ).check("stablehlo.dot_general").run(text)

@@ -90,3 +90,10 @@ def test_bf16_special_computes_in_f32():
     FileCheck().check("tensor<4x8xbf16>) -> tensor<4x8xf32>").check(
         "tensor<4x8xf32>) -> tensor<4x8xbf16>"
     ).run(text)
+
+
+def test_incomplete_gamma_sums_in_while_loops():
+    text = lower_to_text(torch.special.gammainc, X.abs() + 0.5, X.abs() + 0.1)
+    # series for P and continued fraction for Q: two loops, then eager's NaN / 0 / 1 edge cases
+    FileCheck().check("stablehlo.while").check("stablehlo.while").check("0x7FC00000").run(text)
+    _pure(text)

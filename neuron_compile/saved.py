@@ -1,0 +1,71 @@
+"""Saved activations stay on the device between a forward graph and its backward graph.
+
+AOTAutograd's forward graph returns the activations the backward needs as extra outputs, and
+hands them back as the backward's first inputs. Converting each one to a torch tensor and back
+costs ~2-4 us per tensor per step (dlpack export, address registration, import), which for a
+GPT block is most of our per-call overhead — and on a device it would mean host round trips of
+tensors nobody on the host looks at. So the forward keeps them as executor arrays and returns,
+in every saved slot, one per-call *token*: an empty tensor whose ``_neuron_saved`` attribute
+lists the arrays by saved index. The backward reads the arrays from the token. This is what
+device backends do (torch_xla's saved tensors are device tensors); the token is only the handle
+AOTAutograd stores in its autograd context, so it lives exactly as long as the arrays must.
+
+Residency is skipped, and every saved tensor is a real tensor, when something outside us must
+see the saved tensors: saved-tensor hooks (``save_on_cpu``, checkpointing) and compiled
+autograd, which re-trace the backward with the saved tensors' real metadata. Saved values that
+are also user outputs are real tensors too, so in-place edits of them still trip autograd's
+version-counter check as in eager.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+META_KEY = "neuron_saved"
+
+
+@dataclass
+class SavedLink:
+    """Shared by one forward graph and its backward graph (``GraphModule.meta[META_KEY]``)."""
+
+    num_fwd_outputs: int  # forward outputs before the saved values (mutations, user outputs)
+    #: saved indices whose values the forward keeps as executor arrays (set when it compiles)
+    resident: tuple[int, ...] = field(default=())
+
+
+def partition_with_link(partition_fn: Any) -> Any:
+    """Wrap an AOTAutograd ``partition_fn`` to attach one ``SavedLink`` to both graphs."""
+
+    def partition(joint: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **kw: Any):
+        fw, bw = partition_fn(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+        fw.meta[META_KEY] = bw.meta[META_KEY] = SavedLink(num_fwd_outputs)
+        return fw, bw
+
+    return partition
+
+
+def externally_observed() -> bool:
+    """True when saved tensors must be real tensors this call (see the module docstring)."""
+    from torch._dynamo import compiled_autograd
+
+    return (
+        compiled_autograd.compiled_autograd_enabled
+        or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+    )
+
+
+def new_token(num_saved: int) -> tuple[torch.Tensor, list[Any]]:
+    """A fresh token and its (empty) array list; the token owns the list."""
+    token = torch.empty(0)
+    arrays: list[Any] = [None] * num_saved
+    token._neuron_saved = arrays
+    return token, arrays
+
+
+def token_arrays(value: Any) -> list[Any] | None:
+    """The arrays behind a token, or None for a real tensor."""
+    return getattr(value, "_neuron_saved", None)
