@@ -184,7 +184,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .report.check import add_check_parser
 
     add_check_parser(sub)  # `neuron-compile check TARGET`: CI compile report
+    argv = list(sys.argv[1:] if argv is None else argv)
+    target_args: list[str] = []
+    if "--" in argv:  # `check TARGET [options] -- ARGS...`: ARGS go to the target untouched
+        split = argv.index("--")
+        argv, target_args = argv[:split], argv[split + 1 :]
     args = parser.parse_args(argv)
+    if target_args:
+        if args.command != "check":
+            parser.error("arguments after -- are only accepted by `check`")
+        args.target_args = target_args
     if args.command == "check":
         return args.check_run(args)
     if args.command == "precompile":

@@ -8,7 +8,7 @@ Targets:
 - ``pkg.module:function [-- ARGS...]``: imported and called with ``ARGS`` (strings). If it returns
   ``(model, example_inputs)``, the model is compiled with ``backend="neuron"`` and called once
   (and, when the output requires grad, its sum is backpropagated so backward graphs compile too);
-- ``tests/test_x.py::test_y`` or ``--pytest SELECTION...``: run by pytest in this process.
+- ``tests/test_x.py::test_y``, or ``--pytest SELECTION [-- MORE...]``: run by pytest in this process.
 
 ``torch.compile(model)`` without a backend uses ``neuron`` during a check (``--keep-default-backend``
 turns that off). Exit codes: see ``gate.py``.
@@ -38,7 +38,9 @@ def add_check_parser(sub: Any) -> argparse.ArgumentParser:
         "--baseline), 2 usage error, 3 the target crashed for a reason other than compilation",
     )
     p.add_argument("target", nargs="?", help="script.py, module:function, or a pytest node id")
-    p.add_argument("target_args", nargs="*", help="arguments for the target (after --)")
+    # Arguments for the target follow ``--`` anywhere on the line; cli.main splits them off
+    # before argparse sees them (an nargs="*" positional cannot follow options).
+    p.set_defaults(target_args=[])
     p.add_argument("--pytest", action="store_true", help="the target is a pytest selection")
     p.add_argument(
         "--mode",

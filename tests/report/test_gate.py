@@ -119,3 +119,15 @@ def test_check_cli_usage_errors_and_crashes(tmp_path, monkeypatch, capsys):
     )
     assert "**The target crashed**" in md.read_text()
     assert torch.compiler.get_default_backend() == "inductor"  # restored after the check
+
+
+def test_arguments_after_double_dash_reach_the_script_wherever_options_are(tmp_path):
+    from neuron_compile.cli import main
+
+    script = tmp_path / "argv_script.py"
+    seen = tmp_path / "argv.txt"
+    script.write_text(f"import sys\nopen({str(seen)!r}, 'w').write(' '.join(sys.argv[1:]))\n")
+    assert main(["check", str(script), "--quiet", "--", "--steps", "3"]) == 0
+    assert seen.read_text() == "--steps 3"
+    assert main(["check", "--quiet", str(script), "--", "x"]) == 0
+    assert seen.read_text() == "x"
