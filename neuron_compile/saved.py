@@ -11,10 +11,10 @@ device backends do (torch_xla's saved tensors are device tensors); the token is 
 AOTAutograd stores in its autograd context, so it lives exactly as long as the arrays must.
 
 Residency is skipped, and every saved tensor is a real tensor, when something outside us must
-see the saved tensors: saved-tensor hooks (``save_on_cpu``, checkpointing) and compiled
-autograd, which re-trace the backward with the saved tensors' real metadata. Saved values that
-are also user outputs are real tensors too, so in-place edits of them still trip autograd's
-version-counter check as in eager.
+see the saved tensors: saved-tensor hooks (``save_on_cpu``, activation checkpointing, offloading).
+Saved values that are also user outputs are real tensors too, so in-place edits of them still
+trip autograd's version-counter check as in eager. (Compiled autograd with this backend is not
+covered by tests yet.)
 """
 
 from __future__ import annotations
@@ -48,14 +48,12 @@ def partition_with_link(partition_fn: Any) -> Any:
     return partition
 
 
+_top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
+
+
 def externally_observed() -> bool:
     """True when saved tensors must be real tensors this call (see the module docstring)."""
-    from torch._dynamo import compiled_autograd
-
-    return (
-        compiled_autograd.compiled_autograd_enabled
-        or torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
-    )
+    return _top_hooks(False) is not None
 
 
 def new_token(num_saved: int) -> tuple[torch.Tensor, list[Any]]:
