@@ -44,7 +44,9 @@ def dump_graph(
         (out / "graph.fx.py").write_text(gm.code)
         (out / "module.stablehlo.mlir").write_text(text)
         form = meta.get("artifact_form", "portable")
-        (out / f"module.{form}.mlirbc").write_bytes(artifact)
+        # An HloModuleProto is not MLIR bytecode: name it as neuronx-cc's docs do.
+        filename = "module.hlo.pb" if form == "hlo" else f"module.{form}.mlirbc"
+        (out / filename).write_bytes(artifact)
         tmp = out / f".meta.{os.getpid()}.json"
         tmp.write_text(json.dumps({**meta, "versions": versions()}, indent=2, default=str))
         os.replace(tmp, out / "meta.json")

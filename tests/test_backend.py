@@ -309,3 +309,14 @@ def test_executor_failure_at_run_time_is_coded(monkeypatch):
 def test_buckets_option_of_the_wrong_type_is_coded():
     err = _compile_error(lambda x: x + 1, torch.ones(2), options={"buckets": 128})
     assert err.code == "NC001" and "buckets" in str(err)
+
+
+def test_hlo_artifact_is_dumped_as_an_hlo_module_proto(tmp_path):
+    from neuron_compile.artifact import artifact_text
+
+    options = {"artifact": "hlo", "dump_dir": str(tmp_path)}
+    f = torch.compile(lambda x: x * 2 + 1, backend="neuron", options=options)
+    torch.testing.assert_close(f(torch.ones(3)), torch.full((3,), 3.0))
+    (proto,) = tmp_path.glob("*/module.hlo.pb")
+    assert "stablehlo.multiply" in artifact_text(proto.read_bytes(), "hlo")
+    assert not list(tmp_path.glob("*/*.mlirbc"))

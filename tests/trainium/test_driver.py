@@ -112,7 +112,7 @@ def _run_mlp(options):
 
 def test_neff_is_cached_and_negative_entries_stop_retries(double):
     _run_mlp({"target": "trn2"})
-    assert len(double.calls()) == 1  # inference graph
+    assert len(double.calls()) == 1  # the forward graph (no backward was run)
     neffs = [e for e in disk_cache().entries() if e.manifest["graph_name"].endswith(".neff")]
     assert len(neffs) == 1 and neffs[0].read("model.neff").startswith(b"NEFF-DOUBLE")
     _run_mlp({"target": "trn2"})  # cached: neuronx-cc not run again
