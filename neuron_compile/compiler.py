@@ -129,12 +129,17 @@ class CompiledGraph:
         if self.count_calls:
             self.record.calls += 1
         saved = token_arrays(args[self._token_arg]) if self._token_arg is not None else None
+        slots = self._param_slots
         ins = []
-        for index, const, dtype in self._inputs:
+        for slot, (index, const, dtype) in enumerate(self._inputs):
             if const is not None:
                 t = const
             elif index >= 0:
                 t = args[index]
+                alias = slots[slot]
+                if alias is not None and alias[0] is t and alias[1] == t.data_ptr():
+                    ins.append(alias[2])  # a parameter's zero-copy XLA alias (see the executor)
+                    continue
                 if saved is not None and index < len(saved) and saved[index] is not None:
                     ins.append(saved[index])  # the forward's array, still on the device
                     continue
