@@ -138,4 +138,3 @@ def test_retain_graph_runs_backward_twice_from_the_same_tokens():
         loss.backward()
     for g, r in zip(_grads(model), _grads(ref), strict=True):
         torch.testing.assert_close(g, r, rtol=1e-5, atol=1e-6)
-
