@@ -14,7 +14,8 @@ one process, one backend after the other:
 
 One-time process costs (importing jax, creating the XLA client, Inductor's first C++ build of its
 runtime headers) are paid by a tiny warm-up compile first, so "cold" means cold for this model.
-Inductor's on-disk caches point at a fresh temporary directory, so its compile is really cold too.
+Inductor's on-disk caches and ours point at fresh temporary directories, so both compiles are
+really cold.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from typing import Any
 # Before torch is imported: Inductor reads its cache location from the environment.
 os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="bench_gpt_inductor_"))
 os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+# Ours too: "cold" means an empty on-disk compilation cache (benchmarks/bench_cache.py measures
+# warm starts).
+os.environ.setdefault("NEURON_COMPILE_CACHE_DIR", tempfile.mkdtemp(prefix="bench_gpt_neuron_"))
 
 import torch  # noqa: E402
 

@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from . import artifact as artifact_mod
 from .cache import executable_cache
+from .cache.fx_index import INDEX_FILE, dump_index, index_key, load_index
 from .cache.key import CacheKey, executable_key, graph_key
 from .cache.store import DiskCache
 from .cache.tiers import disk_cache
@@ -412,21 +413,35 @@ def _compile_region(
 ) -> CompiledGraph:
     """Lower one fully supported graph, then get its artifact and executable from the cache
     tiers (memory -> disk -> remote) or build them (verify, serialize, XLA compile)."""
+    from .targets import get_target
+
     t1 = time.perf_counter()
-    lowered = lower_graph(gm)
+    disk = disk_cache()
+    target = get_target(cfg.target)
+    # CPU target: a warm start finds the graph's key (and specs) from its FX graph, unlowered.
+    fx_key = None
+    indexed = None
+    if disk is not None and not target.is_neuron:
+        fx_key = index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
+        entry = disk.get(fx_key) if fx_key is not None else None
+        if entry is not None:
+            try:
+                indexed = load_index(entry.read(INDEX_FILE))
+            except (ValueError, KeyError, TypeError, OSError) as e:
+                log.warning("graph %s: unreadable FX index entry (%s); lowering", name, e)
+    if indexed is not None:
+        key, lowered = indexed
+    else:
+        lowered = lower_graph(gm)
+        key = graph_key(
+            lowered.text,
+            io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
+            artifact_form=cfg.artifact,
+        )
     t2 = time.perf_counter()
     record.lowering_s += t2 - t1
     record.downcasts += lowered.downcasts
-    key = graph_key(
-        lowered.text,
-        io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
-        artifact_form=cfg.artifact,
-    )
     record.cache_key = key.digest()
-    disk = disk_cache()
-    from .targets import get_target
-
-    target = get_target(cfg.target)
     if target.is_neuron:  # reject what neuronx-cc would, before any artifact exists
         import os
 
@@ -465,6 +480,15 @@ def _compile_region(
     (art, executable), record.executor_cache_hit = executable_cache.get_or_create(mem_key, build)
     if record.executor_cache_hit:
         record.cache_source = "memory"
+    if fx_key is not None and indexed is None and disk is not None:
+        payload = dump_index(key, lowered)
+        if payload is not None:
+            disk.put(
+                fx_key,
+                {INDEX_FILE: payload},
+                graph_name=_FRAME_ID.sub(r"_\1_", name) + ".index",
+                components={"graph_key": record.cache_key},
+            )
     record.artifact_bytes += len(art)
     if cfg.dump_dir:
         meta = {

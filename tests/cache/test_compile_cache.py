@@ -19,6 +19,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _TRAIN_STEP = """
 import json, sys, torch, neuron_compile
+from neuron_compile import compiler
+lowered = []
+real_lower = compiler.lower_graph
+compiler.lower_graph = lambda gm: lowered.append(1) or real_lower(gm)
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
 x = torch.randn(5, 8)
@@ -27,6 +31,7 @@ loss.backward()
 m = neuron_compile.metrics()
 print(json.dumps({
     "loss": loss.item(),
+    "lowerings": len(lowered),
     "grad": model[0].weight.grad.sum().item(),
     "records": [
         {"name": r.name, "source": r.cache_source, "verify_s": r.verify_s, "key": r.cache_key}
@@ -54,11 +59,13 @@ def test_new_process_with_warm_cache_skips_verify_and_xla_compile(tmp_path):
     assert [r["key"] for r in warm["records"]] == [r["key"] for r in cold["records"]]
     assert all(r["verify_s"] == 0 for r in warm["records"])
     assert all(r["verify_s"] > 0 for r in cold["records"])
-    # artifact + executable entry per graph, all read back; nothing compiled or written.
-    assert warm["cache"]["disk_hits"] == 4 and warm["cache"]["compiles"] == 0
+    # index + artifact + executable entry per graph, all read back; nothing compiled or written.
+    assert warm["cache"]["disk_hits"] == 6 and warm["cache"]["compiles"] == 0
     assert warm["cache"]["bytes_written"] == 0 and warm["cache"]["bytes_read"] > 0
     assert warm["cache"]["compile_seconds_saved"] > 0
     assert warm["loss"] == cold["loss"] and warm["grad"] == cold["grad"]
+    # The FX index maps each graph to its entry without lowering it again.
+    assert cold["lowerings"] == 2 and warm["lowerings"] == 0
 
 
 def _compile_mlp():

@@ -1,0 +1,124 @@
+"""An index from FX graphs to cache entries, so a warm start skips lowering too.
+
+The cache key of a graph is built from its StableHLO (see key.py), which costs a lowering (~45 ms
+for a GPT block) before any lookup. This index maps a digest of everything lowering reads — every
+node's op, target, arguments and static type, the options and the same toolchain components as the key
+(including the hash of this package's sources, so any change to a lowering rule misses) — to
+that key, plus the specs needed to run the artifact (never pickle: JSON). The graph key stays the
+authority: an index entry only says which graph entry to read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from ..lowering.lower_graph import InputSpec, LoweredGraph, OutputSpec
+from .key import CacheKey, graph_key
+
+INDEX_FILE = "index.json"
+_JSON_SCALARS = (bool, int, float, str, type(None))
+
+
+def _type_of(value: Any) -> Any:
+    """A static node type as JSON; raises TypeError for what cannot be indexed (symbolic)."""
+    if isinstance(value, torch.Tensor):
+        if any(not isinstance(d, int) for d in value.shape):
+            raise TypeError("symbolic shape")
+        return [str(value.dtype), list(value.shape)]
+    if isinstance(value, (list, tuple)):
+        return [_type_of(v) for v in value]
+    if isinstance(value, _JSON_SCALARS):
+        return value
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        raise TypeError("symbolic value")
+    return type(value).__name__
+
+
+def _ref(node: fx.Node) -> str:
+    return "%" + node.name
+
+
+def _target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    module = getattr(target, "__module__", None) or ""
+    return f"{module}.{getattr(target, '__qualname__', None) or target}"
+
+
+def index_key(gm: fx.GraphModule, artifact_form: str, options: dict[str, Any]) -> str | None:
+    """Digest of what lowering ``gm`` depends on, or None if the graph cannot be indexed."""
+    try:
+        # Nodes spelled out instead of ``gm.code``: on a lazy GraphModule that property runs a
+        # full Python codegen (~20 ms for a GPT block), most of what the index saves.
+        nodes = [
+            [
+                n.op,
+                n.name,
+                _target_name(n.target),
+                repr(fx.node.map_arg(n.args, _ref)),
+                repr(fx.node.map_arg(n.kwargs, _ref)),
+                _type_of(n.meta.get("val")) if n.op != "output" else None,
+            ]
+            for n in gm.graph.nodes
+        ]
+        attrs = [
+            [n.target, _type_of(getattr(gm, n.target))]
+            for n in gm.graph.nodes
+            if n.op == "get_attr"
+        ]
+    except TypeError:
+        return None
+    toolchain = {
+        k: v
+        for k, v in graph_key("", io_specs=None, artifact_form=artifact_form).parts
+        if k not in ("module", "io")
+    }
+    payload = json.dumps(
+        {"nodes": nodes, "attrs": attrs, "options": options, **toolchain},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(b"fx-index\0" + payload.encode()).hexdigest()
+
+
+def _dtype(name: str | None) -> torch.dtype | None:
+    return None if name is None else getattr(torch, name.removeprefix("torch."))
+
+
+def dump_index(key: CacheKey, lowered: LoweredGraph) -> bytes | None:
+    """The index entry's payload, or None when an output constant is not JSON."""
+    outputs = []
+    for o in lowered.outputs:
+        if not isinstance(o.value, _JSON_SCALARS):
+            return None
+        outputs.append([o.kind, o.index, str(o.dtype) if o.dtype else None, o.value])
+    payload = {
+        "graph_key": [list(p) for p in key.parts],
+        "text": lowered.text,
+        "inputs": [
+            [s.index, s.name, list(s.shape), str(s.dtype), str(s.arg_dtype), s.attr]
+            for s in lowered.inputs
+        ],
+        "outputs": outputs,
+        "num_results": lowered.num_results,
+        "downcasts": lowered.downcasts,
+    }
+    return json.dumps(payload).encode()
+
+
+def load_index(data: bytes) -> tuple[CacheKey, LoweredGraph]:
+    """Inverse of ``dump_index`` (raises ValueError/KeyError/TypeError on a malformed entry)."""
+    d = json.loads(data)
+    key = CacheKey(tuple((str(k), str(v)) for k, v in d["graph_key"]))
+    inputs = [
+        InputSpec(int(i), str(n), tuple(shape), _dtype(dt), _dtype(adt), attr)
+        for i, n, shape, dt, adt, attr in d["inputs"]
+    ]
+    outputs = [OutputSpec(k, int(i), _dtype(dt), v) for k, i, dt, v in d["outputs"]]
+    lowered = LoweredGraph(d["text"], inputs, outputs, int(d["num_results"]), list(d["downcasts"]))
+    return key, lowered
