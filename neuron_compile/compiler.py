@@ -252,10 +252,14 @@ def compile_graph(
         recompile=recompile,
     )
     t0 = time.perf_counter()
-    run_pipeline(gm, PIPELINE)
-    record.passes_s = time.perf_counter() - t0
-    if is_fully_supported(gm):
-        runner: CompiledGraph | FallbackRunner = _compile_region(gm, name, kind, cfg, record)
+    fx_key, indexed = _index_lookup(gm, cfg, name)  # a warm start skips passes and lowering
+    if indexed is None:
+        run_pipeline(gm, PIPELINE)
+        record.passes_s = time.perf_counter() - t0
+    if indexed is not None or is_fully_supported(gm):
+        runner: CompiledGraph | FallbackRunner = _compile_region(
+            gm, name, kind, cfg, record, fx_key=fx_key, indexed=indexed
+        )
         runner.count_calls = True
     else:
         runner = _compile_with_fallback(gm, name, kind, cfg, record)
@@ -408,27 +412,49 @@ def _executable(
     return exe
 
 
+def _index_lookup(
+    gm: fx.GraphModule, cfg: NeuronConfig, name: str
+) -> tuple[str | None, tuple[CacheKey, LoweredGraph] | None]:
+    """``(FX index key, (graph key, lowered specs) on a hit)`` for a graph as AOTAutograd
+    handed it over (before passes). CPU target only: trn targets run legality checks on the
+    lowered graph; dumps want the lowered graph too."""
+    from .targets import get_target
+
+    disk = disk_cache()
+    if disk is None or cfg.dump_dir or get_target(cfg.target).is_neuron:
+        return None, None
+    fx_key = index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
+    entry = disk.get(fx_key) if fx_key is not None else None
+    if entry is None:
+        return fx_key, None
+    try:
+        key, lowered = load_index(entry.read(INDEX_FILE))
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        log.warning("graph %s: unreadable FX index entry (%s); lowering", name, e)
+        return fx_key, None
+    if not all(hasattr(gm, s.attr) for s in lowered.inputs if s.attr):
+        return fx_key, None  # constants a pass would have created: take the long way
+    return fx_key, (key, lowered)
+
+
 def _compile_region(
-    gm: fx.GraphModule, name: str, kind: str, cfg: NeuronConfig, record: GraphRecord
+    gm: fx.GraphModule,
+    name: str,
+    kind: str,
+    cfg: NeuronConfig,
+    record: GraphRecord,
+    *,
+    fx_key: str | None = None,
+    indexed: tuple[CacheKey, LoweredGraph] | None = None,
 ) -> CompiledGraph:
-    """Lower one fully supported graph, then get its artifact and executable from the cache
-    tiers (memory -> disk -> remote) or build them (verify, serialize, XLA compile)."""
+    """Lower one fully supported graph (unless the FX index already knows it), then get its
+    artifact and executable from the cache tiers (memory -> disk -> remote) or build them
+    (verify, serialize, XLA compile); record ``fx_key`` -> graph key in the index."""
     from .targets import get_target
 
     t1 = time.perf_counter()
     disk = disk_cache()
     target = get_target(cfg.target)
-    # CPU target: a warm start finds the graph's key (and specs) from its FX graph, unlowered.
-    fx_key = None
-    indexed = None
-    if disk is not None and not target.is_neuron:
-        fx_key = index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
-        entry = disk.get(fx_key) if fx_key is not None else None
-        if entry is not None:
-            try:
-                indexed = load_index(entry.read(INDEX_FILE))
-            except (ValueError, KeyError, TypeError, OSError) as e:
-                log.warning("graph %s: unreadable FX index entry (%s); lowering", name, e)
     if indexed is not None:
         key, lowered = indexed
     else:
