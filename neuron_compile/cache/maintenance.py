@@ -49,6 +49,10 @@ def rmtree(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+#: Longest time a process trusts its own size estimate before walking the cache again.
+RESCAN_SECONDS = 60.0
+
+
 def _errors() -> Any:
     from .. import errors  # lazy: errors.py imports torch.fx, the cache must not
 
@@ -157,6 +161,16 @@ class Maintenance:
         rmtree(grave)
         return True
 
+    def _evict_if_needed(self, added: int, *, protect: str | None = None) -> None:
+        """Walk and evict when this process's estimate of the local tier's size passes
+        ``max_bytes``, and at least every ``RESCAN_SECONDS`` (other processes write too)."""
+        now = time.monotonic()
+        if self._approx_bytes is not None and now - self._last_scan < RESCAN_SECONDS:
+            self._approx_bytes += added
+            if self._approx_bytes <= self.max_bytes:
+                return
+        self._evict(protect=protect)
+
     def _evict(self, *, protect: str | None = None) -> None:
         """Delete least-recently-accessed entries until the local tier fits ``max_bytes``."""
         lock = FileLock(str(self.root / "locks" / "evict.lock"))
@@ -181,6 +195,7 @@ class Maintenance:
                     log.info("evicted cache entry %s (%d bytes)", key[:12], size)
             if total > self.max_bytes:
                 log.info("cache holds %d bytes > max %d: the rest is in use", total, self.max_bytes)
+            self._approx_bytes, self._last_scan = total, time.monotonic()
         except OSError as exc:  # eviction is housekeeping: never fail the put that triggered it
             self._warn(f"cache eviction in {self.root} failed: {exc}")
         finally:
@@ -244,7 +259,9 @@ class Maintenance:
             return 0
         removed = sum(self._remove(self.root, key, path) for key, path in self._entry_dirs())
         shutil.rmtree(self.root / "quarantine", ignore_errors=True)
+        shutil.rmtree(self.root / "names", ignore_errors=True)  # hints; rebuilt on publish
         self._cleanup_tmp()
+        self._approx_bytes = None
         return removed
 
     def promote(self, keys: list[str] | None = None) -> int:

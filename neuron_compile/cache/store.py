@@ -41,6 +41,7 @@ from .lock import KeyLock, LockTimeout
 from .maintenance import Maintenance, describe_diff
 from .manifest import (
     ACCESS,
+    KEY_RE,
     MANIFEST,
     Entry,
     ManifestError,
@@ -49,8 +50,10 @@ from .manifest import (
     check_key,
     entry_path,
     is_local_only,
+    parse_manifest,
     read_entry,
     read_fd,
+    read_nofollow,
     same_file,
     tree_size,
     write_entry,
@@ -78,7 +81,7 @@ ENV_VARS = (
     ENV_CACHE_ONLY,
     ENV_ALLOW_SHARED,
 )
-_SUBDIRS = ("entries", "tmp", "quarantine", "failures", "locks")
+_SUBDIRS = ("entries", "tmp", "quarantine", "failures", "locks", "names")
 _SIZE_SUFFIX = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
@@ -145,6 +148,10 @@ class DiskCache(Maintenance):
         self.retry_failed = retry_failed
         self.cache_only = cache_only
         self._warned = False
+        # Eviction walks the whole cache; doing that on every put made each compile O(entries).
+        # A running estimate (last scan + what this process wrote since) decides when to walk.
+        self._approx_bytes: int | None = None
+        self._last_scan = 0.0
         self._counts: dict[str, float] = dict.fromkeys(
             ("disk_hits", "disk_misses", "remote_hits", "remote_misses", "bytes_read",
              "bytes_written", "compile_seconds_saved", "compiles", "compile_seconds",
@@ -280,7 +287,7 @@ class DiskCache(Maintenance):
             try:
                 path = self._publish(self.root, key, entry.manifest, entry.files())
                 entry = Entry(key, path, entry.manifest, entry._data)
-                self._evict(protect=key)
+                self._evict_if_needed(entry.size, protect=key)
             except OSError as exc:
                 self._warn(f"cannot copy remote cache entry {key[:12]} to {self.root}: {exc}")
         return entry, "remote"
@@ -391,7 +398,7 @@ class DiskCache(Maintenance):
             )
             return None
         self._counts["bytes_written"] += size
-        self._evict(protect=key)
+        self._evict_if_needed(size, protect=key)
         return Entry(key, path, manifest, dict(files))
 
     def _publish(
@@ -420,10 +427,25 @@ class DiskCache(Maintenance):
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            self._mark_name(base, str(manifest.get("graph_name", "")), key)
             return dest
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    @staticmethod
+    def _name_dir(base: Path, graph_name: str) -> Path:
+        return base / "names" / hashlib.sha256(graph_name.encode()).hexdigest()[:16]
+
+    def _mark_name(self, base: Path, graph_name: str, key: str) -> None:
+        """An empty ``names/<graph>/<key>`` marker: miss explanations read only the entries of
+        one graph instead of every manifest in the cache. Best effort (a hint, not data)."""
+        try:
+            d = self._name_dir(base, graph_name)
+            d.mkdir(mode=0o755, parents=True, exist_ok=True)
+            (d / key).touch()
+        except OSError:
+            pass
 
     def get_or_create(
         self,
@@ -564,23 +586,38 @@ class DiskCache(Maintenance):
     def explain_miss(self, graph_name: str, components: dict[str, str]) -> list[str]:
         """Which components differ from the nearest entries of ``graph_name`` ("a: 1 → 2")."""
         best: list[str] | None = None
-        for manifest in self._manifests():
-            if manifest.get("graph_name") != graph_name:
+        bases = [self.root] + ([self.remote] if self.remote_enabled and self.remote else [])
+        for base in bases:
+            try:
+                keys = [m.name for m in os.scandir(self._name_dir(base, graph_name))]
+            except OSError:
                 continue
-            lines = describe_diff(manifest.get("components", {}), components)
-            if best is None or len(lines) < len(best):
-                best = lines
+            for key in keys:
+                if not KEY_RE.match(key):
+                    continue
+                try:
+                    manifest = parse_manifest(read_nofollow(entry_path(base, key) / MANIFEST), key)
+                except (OSError, ManifestError):
+                    continue  # evicted since: the marker is stale
+                if manifest.get("graph_name") != graph_name:
+                    continue
+                lines = describe_diff(manifest.get("components", {}), components)
+                if best is None or len(lines) < len(best):
+                    best = lines
         if best is None:
             return []
         return best or ["all components equal the nearest entry (the key derivation changed?)"]
 
-    def stats(self) -> dict[str, Any]:
-        """Counters of this instance plus the current size of the local tier."""
-        entries = list(self._entry_dirs()) if self.enabled else []
+    def stats(self, *, scan: bool = True) -> dict[str, Any]:
+        """Counters of this instance plus the current size of the local tier (``scan=False``:
+        counters only, no walk over a possibly huge cache directory)."""
+        sizes: dict[str, int] = {}
+        if scan:
+            entries = list(self._entry_dirs()) if self.enabled else []
+            sizes = {"entries": len(entries), "total_bytes": sum(tree_size(p) for _k, p in entries)}
         return {
             **self._counts,
-            "entries": len(entries),
-            "total_bytes": sum(tree_size(p) for _k, p in entries),
+            **sizes,
             "max_bytes": self.max_bytes,
             "root": str(self.root),
             "remote": str(self.remote) if self.remote else None,

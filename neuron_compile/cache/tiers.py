@@ -48,7 +48,7 @@ def cache_stats() -> dict:
     if cache is None:
         out["enabled"] = False
         return out
-    for name, value in cache.stats().items():
+    for name, value in cache.stats(scan=False).items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and name in _baseline:
             value -= _baseline[name]
         out[name] = value
@@ -63,7 +63,7 @@ def reset_cache_stats() -> None:
     _baseline.clear()
     _baseline.update(memory_hits=executable_cache.hits, memory_misses=executable_cache.misses)
     if cache is not None:
-        counts = cache.stats()
+        counts = cache.stats(scan=False)
         for name in ("entries", "total_bytes", "max_bytes"):  # state, not counters
             counts.pop(name, None)
         _baseline.update(
