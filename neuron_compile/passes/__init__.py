@@ -3,12 +3,31 @@
 from __future__ import annotations
 
 from .base import GraphPass, run_pipeline
+from .eliminate_common_subexpressions import eliminate_common_subexpressions
+from .eliminate_dead_code import eliminate_dead_code
+from .fold_permutes import fold_permutes
 from .remove_noops import remove_noops
 
 PIPELINE: tuple[GraphPass, ...] = (
-    # First: functionalization leaves alias/clone chains; removing them shrinks what later passes
-    # and the lowering see, and avoids copies neuronx-cc would have to prove away.
+    # First: functionalization leaves alias/clone chains and same-dtype casts; removing them
+    # shrinks what later passes and the lowering see, and exposes permute pairs and duplicates
+    # hidden behind an alias.
     remove_noops,
+    # Before CSE: two transposes of the same tensor written differently (transpose(transpose(x))
+    # vs permute(x)) only become identical expressions once each chain is one permute.
+    fold_permutes,
+    # Merge duplicates (AOTAutograd's backward recomputes views and transposes of saved values).
+    eliminate_common_subexpressions,
+    # Last: every pass above can orphan nodes (folded inner permutes, merged duplicates' inputs).
+    eliminate_dead_code,
 )
 
-__all__ = ["PIPELINE", "GraphPass", "run_pipeline", "remove_noops"]
+__all__ = [
+    "PIPELINE",
+    "GraphPass",
+    "eliminate_common_subexpressions",
+    "eliminate_dead_code",
+    "fold_permutes",
+    "remove_noops",
+    "run_pipeline",
+]

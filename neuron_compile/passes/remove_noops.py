@@ -1,60 +1,100 @@
 """remove_noops: drop ops that compute nothing in a functional graph.
 
 Requires: a functionalized ATen graph (AOTAutograd output), ``meta["val"]`` on every node.
-Guarantees: every removed node's users read its input instead; graph outputs keep their identity
-with respect to graph inputs (a clone of an input that is returned stays a clone, because
-returning the input itself would make the caller's output alias its argument).
+Guarantees: every removed node's users read its input instead. Removed: ``alias``/``detach``
+and same-shape ``view``/``reshape``/``_unsafe_view``/``expand``; ``clone``/``lift_fresh_copy``,
+``_to_copy`` and ``prims.convert_element_type`` that change neither shape, dtype, device, layout
+nor strides (memory format). Copies stay whenever the graph writes to the copy or to its source
+(directly or through a view), since then the copy is a real snapshot. Graph outputs keep their
+identity: a no-op is kept if dropping it would make an output the same object as a graph input
+(returning the input itself would make the caller's output alias its argument), and a copy is kept
+if dropping it would make two outputs one object. An ``alias`` of another output is dropped on
+purpose: AOTAutograd returns ``(y, alias(y))`` when ``y`` is both a user output and a saved
+activation, and returning one tensor twice is what lets autograd see an in-place edit of ``y``.
 """
 
 from __future__ import annotations
 
+import logging
+
 import torch
 import torch.fx as fx
 
+from .effects import alias_root, mutated_roots
+
+log = logging.getLogger(__name__)
+
 aten = torch.ops.aten
+prims = torch.ops.prims
 
-_ALWAYS_NOOP = {
+# Views of the whole input: removing them never changes which storage users see.
+_VIEWS = {
     aten.alias.default,
-    aten.clone.default,
     aten.detach.default,
-    aten.lift_fresh_copy.default,
+    aten.view.default,
+    aten._unsafe_view.default,
+    aten.reshape.default,
+    aten.expand.default,
 }
+# Copies: no-ops only while nobody writes to either side.
+_COPIES = {
+    aten.clone.default,
+    aten.lift_fresh_copy.default,
+    aten._to_copy.default,
+    prims.convert_element_type.default,
+}
+# ``_to_copy`` kwargs that can leave the value unchanged; anything else (pin_memory) keeps it.
+_TO_COPY_KWARGS = {"dtype", "layout", "device", "memory_format", "non_blocking"}
 
 
-def _same_meta(a: fx.Node, b: fx.Node) -> bool:
+def _same_ints(a: object, b: object) -> bool:
+    # NOTE: compares symbolic sizes by their expression text, so no shape guard is installed.
+    return len(a) == len(b) and all(str(x) == str(y) for x, y in zip(a, b, strict=True))
+
+
+def _same_meta(a: fx.Node, b: fx.Node, *, strides: bool = False) -> bool:
     va, vb = a.meta.get("val"), b.meta.get("val")
-    return (
-        isinstance(va, torch.Tensor)
-        and isinstance(vb, torch.Tensor)
-        and va.shape == vb.shape
-        and va.dtype == vb.dtype
-    )
+    if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)):
+        return False
+    if va.dtype != vb.dtype or va.device != vb.device or va.layout != vb.layout:
+        return False
+    if not _same_ints(va.shape, vb.shape):
+        return False
+    return not strides or va.layout != torch.strided or _same_ints(va.stride(), vb.stride())
 
 
-def _is_noop(node: fx.Node) -> bool:
+def _is_noop(node: fx.Node, written: set[fx.Node]) -> bool:
     if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
         return False
     src = node.args[0]
-    if node.target in _ALWAYS_NOOP:
+    if node.target in _VIEWS:
         return _same_meta(node, src)
-    if node.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default):
-        return _same_meta(node, src)
-    if node.target is aten._to_copy.default:
-        extra = set(node.kwargs) - {"dtype", "layout", "device", "memory_format"}
-        return not extra and _same_meta(node, src)
-    return False
+    if node.target not in _COPIES:
+        return False
+    if node.target is aten._to_copy.default and set(node.kwargs) - _TO_COPY_KWARGS:
+        return False
+    if node in written or alias_root(src) in written:
+        return False
+    return _same_meta(node, src, strides=True)
+
+
+def _feeds_output(node: fx.Node) -> bool:
+    return any(user.op == "output" for user in node.users)
 
 
 def remove_noops(gm: fx.GraphModule) -> bool:
-    changed = False
+    written = mutated_roots(gm.graph)
+    removed = 0
     for node in list(gm.graph.nodes):
-        if not _is_noop(node):
+        if not _is_noop(node, written):
             continue
         src = node.args[0]
-        feeds_output = any(user.op == "output" for user in node.users)
-        if feeds_output and src.op == "placeholder":
+        if _feeds_output(node) and (
+            src.op == "placeholder" or (node.target in _COPIES and _feeds_output(src))
+        ):
             continue
         node.replace_all_uses_with(src)
         gm.graph.erase_node(node)
-        changed = True
-    return changed
+        removed += 1
+    log.debug("remove_noops: removed %d nodes", removed)
+    return removed > 0

@@ -44,3 +44,90 @@ def test_clone_of_input_returned_as_output_is_kept():
     gm = trace_aten(lambda x: x.clone(), torch.randn(3))
     assert remove_noops(gm) is False
     assert aten.clone.default in _targets(gm)
+
+
+def test_same_dtype_casts_are_removed():
+    def fn(x):
+        a = torch.ops.aten._to_copy(x, dtype=torch.float32)
+        b = torch.ops.prims.convert_element_type(a.relu(), torch.float32)
+        return b + 1
+
+    gm = trace_aten(fn, torch.randn(4))
+    assert remove_noops(gm) is True
+    gm.recompile()
+    assert _targets(gm) == [aten.relu.default, aten.add.Tensor]
+    x = torch.randn(4)
+    torch.testing.assert_close(gm(x), x.relu() + 1)
+
+
+def test_casts_that_change_dtype_or_memory_format_are_kept():
+    def fn(x):
+        a = torch.ops.aten._to_copy(x, dtype=torch.float16)
+        b = torch.ops.aten._to_copy(x, memory_format=torch.channels_last)
+        c = torch.ops.aten.clone(x, memory_format=torch.channels_last)
+        return a.float() + b + c
+
+    gm = trace_aten(fn, torch.randn(1, 2, 3, 4))
+    before = _targets(gm)
+    assert remove_noops(gm) is False
+    assert _targets(gm) == before
+
+
+def test_identity_expand_and_reshape_are_removed():
+    gm = trace_aten(lambda x: x.expand(3, 4).reshape(3, 4).exp(), torch.randn(3, 4))
+    assert remove_noops(gm) is True
+    gm.recompile()
+    assert _targets(gm) == [aten.exp.default]
+
+
+def test_clone_that_is_written_to_is_kept():
+    def fn(x):
+        c = x.clone()
+        c.add_(1)  # without the clone this would write to the caller's x
+        return c * 2
+
+    gm = trace_aten(fn, torch.randn(3))
+    assert remove_noops(gm) is False
+    x = torch.zeros(3)
+    torch.testing.assert_close(gm(x), torch.full((3,), 2.0))
+    torch.testing.assert_close(x, torch.zeros(3))
+
+
+def test_clone_of_a_tensor_written_later_is_kept():
+    def fn(x):
+        snapshot = x.view(3).clone()
+        x.add_(1)
+        return snapshot + x
+
+    gm = trace_aten(fn, torch.randn(3))
+    assert aten.clone.default in _targets(gm)
+    remove_noops(gm)
+    assert aten.clone.default in _targets(gm)
+    gm.recompile()
+    x = torch.zeros(3)
+    torch.testing.assert_close(gm(x), torch.ones(3))
+
+
+def test_clone_of_another_output_is_kept():
+    gm = trace_aten(lambda x: (lambda y: (y, y.clone()))(x + 1), torch.randn(3))
+    assert remove_noops(gm) is False
+    a, b = gm(torch.randn(3))
+    assert a is not b
+
+
+def test_alias_of_another_output_is_dropped():
+    # AOTAutograd's (y, alias(y)) for a returned-and-saved y: one object keeps autograd's
+    # version-counter check on in-place edits of y working.
+    gm = trace_aten(lambda x: (lambda y: (y, aten.alias(y)))(x.exp()), torch.randn(3))
+    assert remove_noops(gm) is True
+    gm.recompile()
+    a, b = gm(torch.randn(3))
+    assert a is b
+
+
+def test_clone_and_alias_chain_collapses():
+    gm = trace_aten(lambda x: aten.alias(aten.alias(x.sin().clone()).clone()) + 1, torch.randn(3))
+    assert remove_noops(gm) is True
+    gm.recompile()
+    assert _targets(gm) == [aten.sin.default, aten.add.Tensor]
+    assert remove_noops(gm) is False

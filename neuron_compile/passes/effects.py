@@ -1,0 +1,138 @@
+"""Shared side-effect predicates for passes: which nodes must stay, which may be merged or moved.
+
+Every pass that deletes, merges or reorders nodes asks these questions, so the answers live in one
+place and err on the side of keeping a node.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx as fx
+from torch._ops import HigherOrderOperator, OpOverload
+
+# NOTE: a name-based backstop for RNG ops that carry no ``nondeterministic_seeded`` tag (prims and
+# rngprims variants, custom ops): merging or deleting any of them changes the random stream.
+_RANDOM_NAME_PARTS = ("rand", "bernoulli", "dropout", "rng", "seed", "normal", "uniform", "poisson")
+_RANDOM_NAME_PARTS += ("multinomial", "exponential", "cauchy", "geometric", "philox")
+_SIDE_EFFECT_NAME_PARTS = ("assert", "print", "profiler", "record_function", "effect", "token")
+
+
+def op_name(target: object) -> str:
+    if isinstance(target, OpOverload):
+        return target.name()
+    return getattr(target, "__name__", str(target))
+
+
+def is_random(node: fx.Node) -> bool:
+    """True if ``node`` draws from (or saves/restores) an RNG state."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    if isinstance(target, OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
+        return True
+    if getattr(target, "_nondeterministic_seeded", False):
+        return True
+    name = op_name(target).lower()
+    return any(part in name for part in _RANDOM_NAME_PARTS)
+
+
+def mutates(node: fx.Node) -> bool:
+    """True if ``node`` writes to one of its arguments (in-place, ``out=``, ``copy_``, ...)."""
+    target = node.target
+    if node.op == "call_method":
+        return isinstance(target, str) and target.endswith("_")
+    if node.op != "call_function":
+        return False
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
+def mutated_args(node: fx.Node) -> list[fx.Node]:
+    """The argument nodes ``node`` writes to (all tensor args when the schema cannot tell)."""
+    if not mutates(node):
+        return []
+    schema = getattr(node.target, "_schema", None)
+    if schema is None:
+        return [a for a in node.all_input_nodes]
+    written: list[fx.Node] = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(arg.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        written += [v for v in values if isinstance(v, fx.Node)]
+    return written
+
+
+def is_impure(node: fx.Node) -> bool:
+    """True if deleting ``node`` could change behaviour even when nothing reads its result.
+
+    Placeholders, the output, mutations, RNG ops, effectful ops (``with_effects`` and every other
+    higher-order op), asserts and module calls all count as impure.
+    """
+    if node.op in ("placeholder", "output", "call_module"):
+        return True
+    if node.op == "get_attr":
+        return False
+    if mutates(node) or is_random(node):
+        return True
+    if node.op == "call_method":
+        return False
+    target = node.target
+    if target is operator.getitem:
+        return False
+    if isinstance(target, HigherOrderOperator) or not isinstance(target, OpOverload):
+        # NOTE: Python callables other than getitem (symbolic-shape helpers, asserts,
+        # user functions) and higher-order ops are kept unless we know they are pure.
+        return not _is_pure_python(target)
+    name = op_name(target).lower()
+    if any(part in name for part in _SIDE_EFFECT_NAME_PARTS):
+        return True
+    return node.is_impure()
+
+
+_PURE_PYTHON = {
+    operator.add,
+    operator.sub,
+    operator.mul,
+    operator.truediv,
+    operator.floordiv,
+    operator.mod,
+    operator.neg,
+    operator.pow,
+}
+
+
+def _is_pure_python(target: object) -> bool:
+    return target in _PURE_PYTHON
+
+
+def alias_root(node: fx.Node) -> fx.Node:
+    """Follow view/alias ops (schemas whose result aliases ``self``) and ``getitem`` back to the
+    node that owns the storage."""
+    seen = 0
+    while node.op == "call_function" and node.args and isinstance(node.args[0], fx.Node):
+        if node.target is operator.getitem:  # an element of a multi-output op's result
+            node = node.args[0]
+            continue
+        schema = getattr(node.target, "_schema", None)
+        if schema is None or not schema.returns:
+            break
+        if schema.returns[0].alias_info is None:  # in-place results alias ``self`` too
+            break
+        node = node.args[0]
+        seen += 1
+        if seen > 10_000:  # pragma: no cover - defensive against malformed graphs
+            break
+    return node
+
+
+def mutated_roots(graph: fx.Graph) -> set[fx.Node]:
+    """Base tensors that some node in ``graph`` writes to, directly or through a view."""
+    roots: set[fx.Node] = set()
+    for node in graph.nodes:
+        for arg in mutated_args(node):
+            roots.add(alias_root(arg))
+    return roots
