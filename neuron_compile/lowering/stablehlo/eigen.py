@@ -28,7 +28,7 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import TensorType, Value
 from ..registry import lowering
-from .linalg import INDEX, float32_only
+from .linalg import INDEX, float32_only, square_float32
 
 aten = torch.ops.aten
 _MAX_SWEEPS = 15
@@ -226,16 +226,6 @@ def _fit(ctx: LoweringContext, v: Value, index: int) -> Value:
 
 
 # ---- eigh -----------------------------------------------------------------------------------
-def _square_f32(node: fx.Node) -> str | None:
-    why = float32_only(node)
-    if why:
-        return why
-    a = node.args[0].meta["val"]
-    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        return "only square (..., n, n) matrices are lowered"
-    return None
-
-
 def eigh(ctx: LoweringContext, a: Value, lower: bool) -> tuple[Value, Value]:
     """(eigenvalues ascending, eigenvectors as columns) of the symmetric matrix whose ``lower``
     (or upper) triangle ``a`` holds."""
@@ -249,7 +239,7 @@ def eigh(ctx: LoweringContext, a: Value, lower: bool) -> tuple[Value, Value]:
     return w, v
 
 
-@lowering(aten._linalg_eigh.default, supports=_square_f32)
+@lowering(aten._linalg_eigh.default, supports=square_float32)
 def _lower_linalg_eigh(
     ctx: LoweringContext,
     a: Value,

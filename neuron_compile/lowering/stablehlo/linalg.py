@@ -286,7 +286,8 @@ def lu_factor(ctx: LoweringContext, a: Value) -> tuple[Value, Value, Value, Valu
     return lu, piv, perm, info
 
 
-def _is_square_f32(node) -> str | None:
+def square_float32(node) -> str | None:
+    """Support predicate: a float32 stack of square matrices as the first argument."""
     why = float32_only(node)
     if why:
         return why
@@ -307,7 +308,7 @@ def _lu_support(node) -> str | None:
         if not pivot:
             return "LU without pivoting is not lowered"
         return None
-    why = _is_square_f32(node)
+    why = square_float32(node)
     if why:
         return why
     if node.target is aten._linalg_solve_ex.default:
@@ -352,7 +353,7 @@ def _det_lu(ctx: LoweringContext, a: Value) -> tuple[Value, Value]:
     return lu, piv
 
 
-@lowering(aten._linalg_det.default, supports=_is_square_f32)
+@lowering(aten._linalg_det.default, supports=square_float32)
 def _lower_linalg_det(ctx: LoweringContext, a: Value) -> tuple[Value, Value, Value]:
     e = ctx.emit
     lu, piv = _det_lu(ctx, a)
@@ -361,7 +362,7 @@ def _lower_linalg_det(ctx: LoweringContext, a: Value) -> tuple[Value, Value, Val
     return det, lu, piv
 
 
-@lowering(aten._linalg_slogdet.default, supports=_is_square_f32)
+@lowering(aten._linalg_slogdet.default, supports=square_float32)
 def _lower_linalg_slogdet(ctx: LoweringContext, a: Value) -> tuple[Value, Value, Value, Value]:
     """sign = perm sign * prod(sign(diag)); logabsdet = sum(log|diag|) (-inf, sign 0 if
     singular, as torch reports)."""
@@ -518,7 +519,7 @@ def _lower_linalg_solve_ex(
     return x, lu, piv, info
 
 
-@lowering(aten.linalg_inv_ex.default, supports=_is_square_f32)
+@lowering(aten.linalg_inv_ex.default, supports=square_float32)
 def _lower_linalg_inv_ex(
     ctx: LoweringContext, a: Value, *, check_errors: bool = False
 ) -> tuple[Value, Value]:

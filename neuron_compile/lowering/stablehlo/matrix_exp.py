@@ -16,26 +16,15 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from .linalg import INDEX, float32_only
+from .linalg import INDEX, square_float32
 
 aten = torch.ops.aten
 _DEGREE = 18
 _TARGET_NORM = 3.0
-
-
-def _square_support(node: fx.Node) -> str | None:
-    why = float32_only(node)
-    if why:
-        return why
-    a = node.args[0].meta["val"]
-    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        return "only square (..., n, n) matrices are lowered"
-    return None
 
 
 def _matmul(ctx: LoweringContext, a: Value, b: Value) -> Value:
@@ -44,7 +33,7 @@ def _matmul(ctx: LoweringContext, a: Value, b: Value) -> Value:
     return ctx.emit.dot_general(a, b, ((r - 1,), (r - 2,)), (batch, batch))
 
 
-@lowering(aten.linalg_matrix_exp.default, supports=_square_support)
+@lowering(aten.linalg_matrix_exp.default, supports=square_float32)
 def _lower_matrix_exp(ctx: LoweringContext, a: Value) -> Value:
     e = ctx.emit
     if 0 in a.shape:
