@@ -1,4 +1,6 @@
-"""Compile one AOTAutograd graph: passes -> lowering -> verify -> serialize -> executor.
+"""Compile one AOTAutograd graph: passes -> lowering -> cache tiers (on a miss: verify,
+serialize, compile) -> executor; a warm start finds the graph in the FX index and skips the first
+two. ``CompiledGraph`` is the runtime side; saved activations stay on the device (saved.py).
 
 Returns a boxed callable (AOTAutograd's calling convention: one list argument, cleared by the
 callee so inputs can be freed early).
