@@ -426,7 +426,7 @@ def _index_lookup(
     if disk is None or cfg.dump_dir or get_target(cfg.target).is_neuron:
         return None, None
     fx_key = index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
-    entry = disk.get(fx_key) if fx_key is not None else None
+    entry = disk.get(fx_key, count=False) if fx_key is not None else None
     if entry is None:
         return fx_key, None
     try:

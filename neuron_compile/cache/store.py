@@ -234,9 +234,11 @@ class DiskCache(Maintenance):
 
     # -- reading --------------------------------------------------------------------------------
 
-    def get(self, key: str) -> Entry | None:
-        """A verified entry from the local tier, else the remote tier (copied into local)."""
-        return self._lookup(key)[0]
+    def get(self, key: str, *, count: bool = True) -> Entry | None:
+        """A verified entry from the local tier, else the remote tier (copied into local).
+        ``count=False``: a lookup that is not a compile (an index probe) leaves the hit/miss
+        counters alone."""
+        return self._lookup(key, count_miss=count, count_hit=count)[0]
 
     @contextlib.contextmanager
     def hold(self, key: str) -> Iterator[Entry | None]:
@@ -261,13 +263,16 @@ class DiskCache(Maintenance):
             if fd is not None:
                 os.close(fd)
 
-    def _lookup(self, key: str, *, count_miss: bool = True) -> tuple[Entry | None, str]:
+    def _lookup(
+        self, key: str, *, count_miss: bool = True, count_hit: bool = True
+    ) -> tuple[Entry | None, str]:
         check_key(key)
         if not self.enabled:
             return None, "uncached"
         entry = self._load(self.root, key, local=True)
         if entry is not None:
-            self._count_hit("disk", entry)
+            if count_hit:
+                self._count_hit("disk", entry)
             return entry, "disk"
         self._counts["disk_misses"] += count_miss
         if not self.remote_enabled:
@@ -282,7 +287,8 @@ class DiskCache(Maintenance):
         if entry is None:
             self._counts["remote_misses"] += count_miss
             return None, "remote"
-        self._count_hit("remote", entry)
+        if count_hit:
+            self._count_hit("remote", entry)
         if self.writable:
             try:
                 path = self._publish(self.root, key, entry.manifest, entry.files())
