@@ -99,7 +99,7 @@ class CompiledGraph:
         self._keep: list[bool] | None = None
         self._resident_outputs: list[tuple[str, int, Any, Any]] = []
         self._num_saved = 0
-        # Backward: the argument holding the forward's token, and per input its saved index.
+        # Backward: which argument holds the forward's token (saved value i is argument i).
         self._token_arg: int | None = None
         self._register_outputs = True  # remember our outputs' addresses for a later re-import
 
