@@ -24,6 +24,7 @@ from . import artifact as artifact_mod
 from .cache import executable_cache
 from .cache.fx_index import INDEX_FILE, dump_index, index_key, load_index
 from .cache.key import CacheKey, executable_key, graph_key
+from .cache.manifest import is_local_only
 from .cache.store import DiskCache
 from .cache.tiers import disk_cache
 from .config import NeuronConfig
@@ -44,6 +45,12 @@ log = logging.getLogger(__name__)
 ARTIFACT_FILE = "artifact"
 EXECUTABLE_FILE = "executable.xla_cpu"
 _FRAME_ID = re.compile(r"_\d+_(forward|backward|inference)_")
+
+
+def cache_name(name: str) -> str:
+    """A graph's name in the cache: without the per-process frame counter of
+    ``{model}_{id}_{kind}_{n}``, so a miss is compared with the same graph of earlier runs."""
+    return _FRAME_ID.sub(r"_\1_", name)
 
 
 class DowncastWarning(UserWarning):
@@ -330,14 +337,12 @@ def _artifact(
     """The verified, serialized artifact of ``lowered``: from the disk cache, or built (and
     stored, so the next process skips verify and serialize)."""
     components = key.components()
-    # Graph names carry a per-process frame counter ({model}_{id}_{kind}_{n}); the cache's name
-    # drops it, so a miss is compared with the same graph of earlier runs of any script order.
-    cache_name = _FRAME_ID.sub(r"_\1_", name)
+    graph = cache_name(name)
 
     def build() -> dict[str, bytes]:
         if disk is not None:  # a miss: say why before this graph's entry exists
-            record.cache_miss = disk.explain_miss(cache_name, components) or [
-                f"first compile of {cache_name}"
+            record.cache_miss = disk.explain_miss(graph, components) or [
+                f"first compile of {graph}"
             ]
         t = time.perf_counter()
         if cfg.verify:
@@ -367,7 +372,7 @@ def _artifact(
         record.cache_source = "off"
         return build()[ARTIFACT_FILE]
     files, record.cache_source = disk.get_or_create(
-        key.digest(), build, graph_name=cache_name, components=components
+        key.digest(), build, graph_name=graph, components=components
     )
     return files[ARTIFACT_FILE]
 
@@ -384,7 +389,7 @@ def _executable(
     exe_key = executable_key(key, "xla_cpu")
     digest = exe_key.digest()
     entry = disk.get(digest) if disk is not None else None
-    if entry is not None and entry.manifest.get("meta", {}).get("local_only"):
+    if entry is not None and is_local_only(entry.manifest):
         try:
             return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE))
         except Exception as e:  # an executable this jaxlib cannot load: rebuild it
@@ -406,7 +411,7 @@ def _executable(
             disk.put(
                 digest,
                 {EXECUTABLE_FILE: blob},
-                graph_name=_FRAME_ID.sub(r"_\1_", name) + ".executable",
+                graph_name=cache_name(name) + ".executable",
                 components=exe_key.components(),
                 compile_seconds=seconds,
                 meta={"local_only": True},
@@ -492,7 +497,7 @@ def _compile_region(
                 [[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
                 cfg=cfg,
                 graph_name=name,
-                cache_name=_FRAME_ID.sub(r"_\1_", name),
+                cache_name=cache_name(name),
                 disk=disk,
                 device=device,
             )
@@ -514,7 +519,7 @@ def _compile_region(
             disk.put(
                 fx_key,
                 {INDEX_FILE: payload},
-                graph_name=_FRAME_ID.sub(r"_\1_", name) + ".index",
+                graph_name=cache_name(name) + ".index",
                 components={"graph_key": record.cache_key},
             )
     record.artifact_bytes += len(art)

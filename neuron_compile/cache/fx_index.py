@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 
 from ..lowering.lower_graph import InputSpec, LoweredGraph, OutputSpec
-from .key import CacheKey, graph_key
+from .key import CacheKey, environment_components
 
 INDEX_FILE = "index.json"
 _JSON_SCALARS = (bool, int, float, str, type(None))
@@ -73,11 +73,7 @@ def index_key(gm: fx.GraphModule, artifact_form: str, options: dict[str, Any]) -
         ]
     except TypeError:
         return None
-    toolchain = {
-        k: v
-        for k, v in graph_key("", io_specs=None, artifact_form=artifact_form).parts
-        if k not in ("module", "io")
-    }
+    toolchain = environment_components(artifact_form)
     payload = json.dumps(
         {"nodes": nodes, "attrs": attrs, "options": options, **toolchain},
         sort_keys=True,

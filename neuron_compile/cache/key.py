@@ -145,9 +145,23 @@ def graph_key(
     ``io_specs`` is any JSON-able description of inputs and outputs (shapes, dtypes, which
     outputs alias inputs). ``flags`` defaults to ``$NEURON_CC_FLAGS``.
     """
+    parts = {
+        **environment_components(artifact_form, target=target, lnc=lnc, flags=flags),
+        "module": _sha(strip_locations(module_text)),
+        "io": _sha(json.dumps(io_specs, sort_keys=True, default=str)),
+        "replica_groups": json.dumps(replica_groups, default=list),
+    }
+    return CacheKey(tuple(parts.items()))
+
+
+def environment_components(
+    artifact_form: str, *, target: str = "cpu", lnc: str = "-", flags: str | None = None
+) -> dict[str, str]:
+    """The key components that do not come from the graph: schema, this package's sources,
+    toolchain versions, target, LNC, canonical flags (default ``$NEURON_CC_FLAGS``)."""
     if flags is None:
         flags = os.environ.get(NEURON_CC_FLAGS, "")
-    parts = {
+    return {
         "schema": str(SCHEMA_VERSION),
         "package": package_source_hash(),
         **toolchain_versions(),
@@ -155,11 +169,7 @@ def graph_key(
         "lnc": lnc,
         "flags": canonical_flags(flags),
         "artifact_form": artifact_form,
-        "module": _sha(strip_locations(module_text)),
-        "io": _sha(json.dumps(io_specs, sort_keys=True, default=str)),
-        "replica_groups": json.dumps(replica_groups, default=list),
     }
-    return CacheKey(tuple(parts.items()))
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ import math
 import torch
 
 from ..emit import Value
+from .elementwise import _polynomial
 from .special import _bessel, _chbevl, _eq, _is_finite
 from .transcendental import _Ops, _register
 
@@ -170,10 +171,7 @@ _THREE_QUARTER_PI = 2.356194490192344928846982537459627163
 
 
 def _horner(o: _Ops, z: Value, coeffs: tuple[float, ...]) -> Value:
-    acc = o.c(coeffs[0])
-    for c in coeffs[1:]:
-        acc = o.add(o.mul(acc, z), c)
-    return acc
+    return _polynomial(o.ctx, z, coeffs)  # the one Horner evaluator (elementwise.py)
 
 
 def _asymptotic(o: _Ops, a: Value, order: int, second_kind: bool) -> Value:
