@@ -36,7 +36,7 @@ from .lowering.context import canonical_dtype
 from .lowering.lower_graph import LoweredGraph
 from .metrics import GraphRecord, add_record
 from .partition import is_fully_supported, partition, split_reasons, summarize
-from .passes import PIPELINE, run_pipeline
+from .passes import pipeline_for, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
 from .saved import META_KEY, SavedLink, externally_observed, new_token, token_arrays
 
@@ -263,7 +263,7 @@ def compile_graph(
     t0 = time.perf_counter()
     fx_key, indexed = _index_lookup(gm, cfg, name)  # a warm start skips passes and lowering
     if indexed is None:
-        run_pipeline(gm, PIPELINE)
+        run_pipeline(gm, pipeline_for(cfg.target))
         record.passes_s = time.perf_counter() - t0
     if indexed is not None or is_fully_supported(gm):
         runner: CompiledGraph | FallbackRunner = _compile_region(

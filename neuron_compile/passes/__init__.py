@@ -22,12 +22,24 @@ PIPELINE: tuple[GraphPass, ...] = (
     eliminate_dead_code,
 )
 
+#: Passes that only run for trn targets, after PIPELINE: they rewrite subgraphs into the custom
+#: calls neuronx-cc has dedicated kernels for. The CPU target never sees those calls.
+NEURON_PIPELINE: tuple[GraphPass, ...] = ()
+
+
+def pipeline_for(target: str) -> tuple[GraphPass, ...]:
+    """The passes run before lowering for ``target`` (``cpu``, ``trn2``, ``trn3``)."""
+    return PIPELINE + NEURON_PIPELINE if target.startswith("trn") else PIPELINE
+
+
 __all__ = [
+    "NEURON_PIPELINE",
     "PIPELINE",
     "GraphPass",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
     "fold_permutes",
+    "pipeline_for",
     "remove_noops",
     "run_pipeline",
 ]
