@@ -108,7 +108,7 @@ def compile_frame(
         fw_compiler=compiler_for("forward"),
         bw_compiler=compiler_for("backward"),
         inference_compiler=compiler_for("inference"),
-        decompositions=decomposition_table(),
+        decompositions=decomposition_table(cfg.target),
     )
     # The math SDPA path decomposes into bmm/softmax; the CPU flash kernel would otherwise leave
     # an unlowerable _scaled_dot_product_flash_attention_for_cpu_backward in backward graphs.

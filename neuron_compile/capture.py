@@ -10,8 +10,18 @@ import torch
 aten = torch.ops.aten
 
 
-@lru_cache(maxsize=1)
-def decomposition_table() -> dict[Any, Any]:
+#: ATen ops kept whole for trn targets: the trn pattern pass turns them into neuronx-cc's kernel
+#: calls (``ops/fused.py``); where it does not, their rules lower PyTorch's own decomposition.
+NEURON_KEPT = (
+    aten.silu.default,
+    aten.silu_backward.default,
+    aten.gelu_backward.default,
+    aten._softmax_backward_data.default,
+)
+
+
+@lru_cache(maxsize=4)
+def decomposition_table(target: str = "cpu") -> dict[Any, Any]:
     """PyTorch's core ATen decompositions.
 
     Backward ops that core ATen keeps whole (``convolution_backward``,
@@ -21,9 +31,14 @@ def decomposition_table() -> dict[Any, Any]:
     Added on top: ``batch_norm_backward`` (the backward of the newer ``_batch_norm_with_update``
     family), which core ATen leaves whole although PyTorch ships its decomposition into the
     elementwise ops and reductions everything else lowers through.
+
+    For trn targets the ops in ``NEURON_KEPT`` stay whole.
     """
     from torch._decomp import core_aten_decompositions, get_decompositions
 
     table = dict(core_aten_decompositions())
     table.update(get_decompositions([aten.batch_norm_backward.default]))
+    if target.startswith("trn"):
+        for op in NEURON_KEPT:
+            table.pop(op, None)
     return table

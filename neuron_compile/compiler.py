@@ -29,7 +29,14 @@ from .cache.store import DiskCache
 from .cache.tiers import disk_cache
 from .config import NeuronConfig
 from .dump import dump_graph
-from .errors import BUG_HINT, DtypePolicyError, ExecutorError, UnsupportedOpError, VerifierError
+from .errors import (
+    BUG_HINT,
+    DtypePolicyError,
+    ExecutorError,
+    LoweringError,
+    UnsupportedOpError,
+    VerifierError,
+)
 from .fallback import FallbackRunner, FallbackWarning, RegionCall
 from .lowering import lower_graph
 from .lowering.context import canonical_dtype
@@ -419,6 +426,14 @@ def _executable(
     return exe
 
 
+def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:
+    return graph_key(
+        lowered.text,
+        io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
+        artifact_form=cfg.artifact,
+    )
+
+
 def _index_lookup(
     gm: fx.GraphModule, cfg: NeuronConfig, name: str
 ) -> tuple[str | None, tuple[CacheKey, LoweredGraph] | None]:
@@ -465,12 +480,8 @@ def _compile_region(
     if indexed is not None:
         key, lowered = indexed
     else:
-        lowered = lower_graph(gm)
-        key = graph_key(
-            lowered.text,
-            io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
-            artifact_form=cfg.artifact,
-        )
+        lowered = lower_graph(gm, neuron_calls=target.is_neuron)
+        key = _key_of(lowered, cfg)
     t2 = time.perf_counter()
     record.lowering_s += t2 - t1
     record.downcasts += lowered.downcasts
@@ -505,7 +516,17 @@ def _compile_region(
                 exe = neuron_rt.NeuronExecutable(neff, lowered, lnc=int(cfg.lnc or 1))
                 record.executor_compile_s += time.perf_counter() - t
                 return art, exe
-        exe = _executable(art, key, name, disk, cfg.artifact)
+        if lowered.custom_calls:  # XLA CPU runs the references behind neuronx-cc's kernels
+            cpu_lowered = lower_graph(gm)
+            if (cpu_lowered.inputs, cpu_lowered.outputs) != (lowered.inputs, lowered.outputs):
+                raise LoweringError(
+                    f"graph {name}: the CPU stand-in's calling plan differs", hint=BUG_HINT
+                )
+            cpu_key = _key_of(cpu_lowered, cfg)
+            cpu_art = _artifact(cpu_lowered, cpu_key, name, cfg, record, disk)
+            exe = _executable(cpu_art, cpu_key, name, disk, cfg.artifact)
+        else:
+            exe = _executable(art, key, name, disk, cfg.artifact)
         record.executor_compile_s += time.perf_counter() - t
         return art, exe
 

@@ -147,6 +147,10 @@ class Emitter:
         #: RNG: the seed argument's position in ``args`` and the state threaded through random ops
         self.rng_arg_index: int | None = None
         self.rng_state: Value | None = None
+        #: True: ops that stand for a neuronx-cc kernel become its custom call (the module for
+        #: neuronx-cc); False: they lower to their reference decomposition (what XLA CPU runs).
+        self.neuron_calls = False
+        self.custom_call_targets: list[str] = []  # in emission order
 
     # ---- plumbing -------------------------------------------------------------------------
     def _fresh(self, prefix: str = "") -> str:
@@ -199,6 +203,23 @@ class Emitter:
         self, name: str, operands: Sequence[Value], result_type: TensorType, attrs: str = ""
     ) -> Value:
         return self.op(name, operands, [result_type], attrs)[0]
+
+    def custom_call(
+        self,
+        target: str,
+        operands: Sequence[Value],
+        result_types: Sequence[TensorType],
+        backend_config: str = "",
+    ) -> list[Value]:
+        """``stablehlo.custom_call @target``: the form neuronx-cc's built-in kernels take
+        (``api_version = 2``, no side effect, string ``backend_config``; trainium-nki.md §3.1)."""
+        self.custom_call_targets.append(target)
+        config = backend_config.replace("\\", "\\\\").replace('"', '\\"')
+        attrs = (
+            f'call_target_name = "{target}", has_side_effect = false, '
+            f'backend_config = "{config}", api_version = 2 : i32'
+        )
+        return self.op("custom_call", operands, result_types, attrs)
 
     def region(
         self, arg_types: Sequence[TensorType], body: Callable[..., Sequence[Value]]

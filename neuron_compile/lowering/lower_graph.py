@@ -55,6 +55,11 @@ class LoweredGraph:
     downcasts: list[str] = field(default_factory=list)  # "name: float64 -> float32"
     emitter: Emitter | None = None
 
+    @property
+    def custom_calls(self) -> list[str]:
+        """Custom-call targets in the module, in emission order."""
+        return list(self.emitter.custom_call_targets) if self.emitter is not None else []
+
     def node_at_line(self, line: int) -> fx.Node | None:
         """FX node that emitted 1-based ``line`` of ``text`` (for verifier errors)."""
         if self.emitter is None:
@@ -83,7 +88,8 @@ def _check_result(node: fx.Node, produced: list[Value | None]) -> None:
             )
 
 
-def _lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
+def lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
+    """Lower one ``call_function`` node whose inputs are already in ``env``."""
     if node.target is operator.getitem:
         seq, idx = node.args
         return env[seq][idx]
@@ -114,9 +120,17 @@ def _lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any
     return result
 
 
-def lower_graph(gm: fx.GraphModule, func_name: str = "main") -> LoweredGraph:
-    """Lower ``gm`` (ATen IR with ``meta["val"]`` on every node) to StableHLO text."""
+def lower_graph(
+    gm: fx.GraphModule, func_name: str = "main", *, neuron_calls: bool = False
+) -> LoweredGraph:
+    """Lower ``gm`` (ATen IR with ``meta["val"]`` on every node) to StableHLO text.
+
+    ``neuron_calls``: ops that stand for neuronx-cc kernels become ``AwsNeuron*`` custom calls
+    (the module for neuronx-cc) instead of their reference decomposition (what XLA CPU runs).
+    Everything else is lowered identically either way.
+    """
     emitter = Emitter()
+    emitter.neuron_calls = neuron_calls
     env: dict[fx.Node, Any] = {}
     inputs: list[InputSpec] = []
     downcasts: list[str] = []
@@ -159,7 +173,7 @@ def lower_graph(gm: fx.GraphModule, func_name: str = "main") -> LoweredGraph:
                 InputSpec(-1, node.name, ttype.shape, tensor.dtype, ttype.dtype, attr=node.target)
             )
         elif node.op == "call_function":
-            env[node] = _lower_node(emitter, node, env)
+            env[node] = lower_node(emitter, node, env)
         elif node.op == "output":
             emitter.current_node = None
             if emitter.rng_arg_index is not None:
