@@ -33,6 +33,7 @@ from .shapes import (
     requested_dynamic,
     symbolic_dims,
 )
+from .targets import get_target
 
 log = logging.getLogger("neuron_compile")
 
@@ -112,6 +113,10 @@ def compile_frame(
     )
     # The math SDPA path decomposes into bmm/softmax; the CPU flash kernel would otherwise leave
     # an unlowerable _scaled_dot_product_flash_attention_for_cpu_backward in backward graphs.
+    if cfg.flash_attention and get_target(cfg.target).is_neuron:
+        from .ops.flash_attention import route_sdpa
+
+        route_sdpa(gm)
     with sdpa_kernel(SDPBackend.MATH):
         return aot(gm, list(example_inputs))
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ...ops.flash_attention import attention_backward_reference, attention_reference
 from ...ops.fused import NEURON_CALLS, NeuronCall
 from ..context import LoweringContext
 from ..emit import Value
@@ -50,3 +51,21 @@ def _rule(op: Any, call: NeuronCall):
 
 for _op, _call in NEURON_CALLS.items():
     lowering(_op, supports=dtypes_in(*FLOATS))(_rule(_op, _call))
+
+
+# Flash attention: the reference wherever XLA CPU runs the graph. On a device the NKI flash
+# kernels stand behind these ops (ops/flash_attention.py); without the nki toolchain the trn
+# module carries the reference too.
+def _flash_rule(reference):
+    def rule(ctx: LoweringContext, *args: Any) -> Any:
+        return lower_reference(ctx, reference, *args)
+
+    return rule
+
+
+lowering(torch.ops.neuron_compile.flash_attention.default, supports=dtypes_in(*FLOATS))(
+    _flash_rule(attention_reference)
+)
+lowering(torch.ops.neuron_compile.flash_attention_backward.default, supports=dtypes_in(*FLOATS))(
+    _flash_rule(attention_backward_reference)
+)
