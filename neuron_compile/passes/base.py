@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch.fx as fx
 
@@ -14,11 +15,18 @@ log = logging.getLogger(__name__)
 GraphPass = Callable[[fx.GraphModule], bool]
 
 
-def run_pipeline(gm: fx.GraphModule, passes: Sequence[GraphPass]) -> list[str]:
-    """Run ``passes`` in order; return the names of those that changed the graph."""
+def run_pipeline(
+    gm: fx.GraphModule, passes: Sequence[GraphPass], dump_to: Path | None = None
+) -> list[str]:
+    """Run ``passes`` in order; return the names of those that changed the graph.
+
+    ``dump_to``: a directory that receives the graph before the passes (``00_input.fx.py``) and
+    after each pass that changed it (``NN_<pass>.fx.py``), to bisect a pass that broke a graph.
+    """
     changed_by: list[str] = []
     done: list[str] = []
-    for graph_pass in passes:
+    _dump(dump_to, 0, "input", gm)
+    for position, graph_pass in enumerate(passes, start=1):
         name = graph_pass.__name__
         try:
             changed = graph_pass(gm)
@@ -31,6 +39,17 @@ def run_pipeline(gm: fx.GraphModule, passes: Sequence[GraphPass]) -> list[str]:
             gm.graph.lint()
             gm.recompile()
             changed_by.append(name)
+            _dump(dump_to, position, name, gm)
         log.debug("pass %s changed=%s", name, changed)
         done.append(name)
     return changed_by
+
+
+def _dump(directory: Path | None, position: int, name: str, gm: fx.GraphModule) -> None:
+    if directory is None:
+        return
+    try:  # a debugging aid never breaks a compile
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{position:02d}_{name}.fx.py").write_text(gm.code)
+    except OSError as e:
+        log.warning("could not dump pass output to %s: %s", directory, e)

@@ -70,3 +70,15 @@ def test_every_pass_logs_what_it_changed(caplog):
         run_pipeline(gm, PIPELINE)
     for graph_pass in PIPELINE:
         assert any(graph_pass.__name__ + ":" in r.getMessage() for r in caplog.records)
+
+
+def test_dump_writes_the_input_and_each_changing_pass(tmp_path):
+    from tests.helpers import trace_aten
+
+    gm = trace_aten(lambda x: (x.clone().t().t() + 1).sum(), torch.randn(3, 4))
+    changed = run_pipeline(gm, PIPELINE, dump_to=tmp_path)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files[0] == "00_input.fx.py"
+    assert [f.split("_", 1)[1].removesuffix(".fx.py") for f in files[1:]] == changed
+    assert "clone" in (tmp_path / "00_input.fx.py").read_text()
+    assert "clone" not in (tmp_path / files[-1]).read_text()
