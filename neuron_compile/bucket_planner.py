@@ -303,3 +303,107 @@ def compare_plans(
             align=step,
         ),
     }
+
+
+# ---- cost coefficients from the cost model ----------------------------------------------------
+
+
+def _fit_nonnegative(sizes: np.ndarray, seconds: np.ndarray) -> tuple[float, float]:
+    """Least-squares ``seconds ≈ a·L + b·L² + c`` with ``a, b, c >= 0``; returns ``(a, b)``.
+
+    The intercept ``c`` (weights read once per call, fixed-size work) is fitted so it does not
+    leak into ``a``, then dropped: a per-sequence constant adds the same amount to every plan
+    and never changes which boundaries are best. Three unknowns, so the exact non-negative
+    optimum is found by trying every subset of active columns (no SciPy needed).
+    """
+    cols = np.stack([sizes, sizes**2, np.ones_like(sizes)], axis=1)
+    scale = np.abs(cols).max(axis=0)  # L² dwarfs L: scale columns for a well-conditioned solve
+    best: tuple[float, np.ndarray] | None = None
+    for mask in range(1, 8):
+        idx = [i for i in range(3) if mask >> i & 1]
+        sol, *_ = np.linalg.lstsq(cols[:, idx] / scale[idx], seconds, rcond=None)
+        if np.any(sol < 0):
+            continue
+        coef = np.zeros(3)
+        coef[idx] = sol / scale[idx]
+        residual = float(np.sum((cols @ coef - seconds) ** 2))
+        if best is None or residual < best[0] * (1 - 1e-12):
+            best = (residual, coef)
+    assert best is not None  # the intercept alone is feasible for non-negative data
+    return float(best[1][0]), float(best[1][1])
+
+
+def cost_from_model(
+    build_graph_text: Callable[[int], str],
+    sizes: Sequence[int],
+    target: str = "trn2",
+    lnc: int = 1,
+) -> tuple[float, float]:
+    """``(a, b)`` for ``plan_buckets(cost=...)`` fitted to the roofline cost model.
+
+    ``build_graph_text(L)`` returns the StableHLO text of one call at sequence length ``L``;
+    each is estimated with ``cost_model.estimate_module`` on ``target`` and ``a·L + b·L²`` is
+    fitted by non-negative least squares (a constant term is fitted and dropped, see
+    ``_fit_nonnegative``). Use three or more ``sizes`` spanning the lengths to be bucketed.
+    Units: estimated device seconds per call.
+    """
+    from .cost_model import estimate_module
+
+    if len(set(sizes)) < 2 or any(s <= 0 for s in sizes):
+        raise ValueError(f"need at least two distinct positive sizes, got {list(sizes)}")
+    lengths = np.array(sorted(set(sizes)), dtype=np.float64)
+    seconds = np.array(
+        [estimate_module(build_graph_text(int(n)), target, lnc).seconds for n in lengths]
+    )
+    a, b = _fit_nonnegative(lengths, seconds)
+    if a + b == 0:  # flat in L (everything fixed-size): any plan is as good; say "padded tokens"
+        a = float(seconds.max() / lengths.max())
+    return a, b
+
+
+def inference_graph_text(module: Any, inputs: Sequence[Any], target: str = "trn2") -> str:
+    """StableHLO text of ``module(*inputs)``'s inference graph, as the backend would lower it
+    for ``target`` (its decompositions and passes), without executing the module: shapes come
+    from fake tensors."""
+    import torch
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from .capture import decomposition_table
+    from .lowering import lower_graph
+    from .passes import pipeline_for, run_pipeline
+
+    # Parameters and buffers become graph inputs (as under torch.compile), so fake tracing
+    # never touches real weights and the estimate counts reading them.
+    state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+    def call(params: dict[str, Any], *args: Any) -> Any:
+        return torch.func.functional_call(module, params, args)
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):  # the backend's SDPA path
+        gm = make_fx(call, decomposition_table=decomposition_table(target), tracing_mode="fake")(
+            state, *inputs
+        )
+    run_pipeline(gm, pipeline_for(target))
+    return lower_graph(gm, neuron_calls=target.startswith("trn")).text
+
+
+def cost_from_module(
+    module: Any,
+    make_input: Callable[[int], Any],
+    sizes: Sequence[int] = (64, 128, 256, 512),
+    target: str = "trn2",
+    lnc: int = 1,
+) -> tuple[float, float]:
+    """``cost_from_model`` for a torch module: ``make_input(L)`` returns the input (or a tuple
+    of inputs) at sequence length ``L``; each size's inference graph is traced and lowered
+    (``inference_graph_text``), never run."""
+
+    def text(n: int) -> str:
+        inputs = make_input(n)
+        return inference_graph_text(
+            module, inputs if isinstance(inputs, tuple) else (inputs,), target
+        )
+
+    return cost_from_model(text, sizes, target, lnc)

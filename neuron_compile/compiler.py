@@ -14,6 +14,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -270,7 +271,8 @@ def compile_graph(
     t0 = time.perf_counter()
     fx_key, indexed = _index_lookup(gm, cfg, name)  # a warm start skips passes and lowering
     if indexed is None:
-        run_pipeline(gm, pipeline_for(cfg.target))
+        dump_to = Path(cfg.dump_dir) / name / "passes" if cfg.dump_dir else None
+        run_pipeline(gm, pipeline_for(cfg.target), dump_to=dump_to)
         record.passes_s = time.perf_counter() - t0
     if indexed is not None or is_fully_supported(gm):
         runner: CompiledGraph | FallbackRunner = _compile_region(
@@ -486,6 +488,12 @@ def _compile_region(
     record.lowering_s += t2 - t1
     record.downcasts += lowered.downcasts
     record.cache_key = key.digest()
+    if cfg.estimate != "off":  # roofline device time, summed over regions (None: unknown)
+        from .cost_model import estimate_for_record
+
+        est = estimate_for_record(lowered.text, cfg.estimate, cfg.lnc)
+        record.est_device_s = None if est is None else (record.est_device_s or 0.0) + est
+        record.est_target = cfg.estimate
     if target.is_neuron:  # reject what neuronx-cc would, before any artifact exists
         import os
 

@@ -19,6 +19,7 @@ ENV_PREFIX = "NEURON_COMPILE_"
 _SIXTY_FOUR_BIT = ("downcast", "error")
 _FALLBACK = ("cpu", "error")
 _ARTIFACTS = ("portable", "bytecode", "hlo")
+_ESTIMATE = ("off", "trn2", "trn3")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,14 @@ class NeuronConfig:
     #: Sequence-length buckets the model is meant to be padded to (ascending ints). Only used to
     #: name, in recompile warnings and errors, the bucket that would have absorbed a new size.
     buckets: tuple[int, ...] | None = None
+    #: Roofline device-time estimate per graph (``GraphRecord.est_device_s``, from
+    #: ``cost_model.estimate_module``): ``off``, ``trn2`` or ``trn3``. Default: the compile target
+    #: when it is trn2/trn3, else ``off`` (``neuron-compile check`` turns it on with trn2).
+    estimate: str | None = None
+    #: trn targets: route ``F.scaled_dot_product_attention`` calls whose shapes qualify (sequence
+    #: lengths multiples of 128, head dim <= 128, no mask, no dropout) to the flash-attention
+    #: kernel op (``ops/flash_attention.py``) instead of its math decomposition.
+    flash_attention: bool = True
     #: Extra user metadata, not interpreted (kept in dumps). Not an option key.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -96,6 +105,12 @@ class NeuronConfig:
             )
         if target.is_neuron:
             object.__setattr__(self, "lnc", resolve_lnc(target, self.lnc))
+        if self.estimate is None:
+            object.__setattr__(self, "estimate", self.target if target.is_neuron else "off")
+        if self.estimate not in _ESTIMATE:
+            raise OptionsError(
+                f"invalid estimate={self.estimate!r}", hint=f"use one of {', '.join(_ESTIMATE)}"
+            )
         if isinstance(self.optlevel, bool) or self.optlevel not in (1, 2, 3):
             raise OptionsError(f"invalid optlevel={self.optlevel!r}", hint="use 1, 2 or 3")
         if self.max_recompiles is not None and (
@@ -136,6 +151,8 @@ ENV_VARS: dict[str, str] = {
     "target": ENV_PREFIX + "TARGET",
     "lnc": ENV_PREFIX + "LNC",
     "optlevel": ENV_PREFIX + "OPTLEVEL",
+    "estimate": ENV_PREFIX + "ESTIMATE",
+    "flash_attention": ENV_PREFIX + "FLASH_ATTENTION",
 }
 
 
@@ -185,7 +202,7 @@ def load_config(
                 hint=f"valid keys: {', '.join(OPTION_KEYS)} (see README 'Options')",
             )
         values[key] = value
-    for key in ("verify", "strict_recompile"):
+    for key in ("verify", "strict_recompile", "flash_attention"):
         if key in values:
             values[key] = _parse_bool(key, values[key])
     for key in ("max_recompiles", "lnc", "optlevel"):

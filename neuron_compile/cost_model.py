@@ -10,18 +10,28 @@ does not predict wall time.
 
 Constants (trainium-nki.md §1.2 and §1.4, from the Neuron SDK architecture guides), per physical
 NeuronCore; one LNC=2 logical core has twice the engines and bandwidth. TensorE peaks and HBM
-bandwidth come from ``targets.py``.
+bandwidth come from ``targets.py`` (trainium-nki.md §1.1 "BF16/FP16/TF32 / FP8 / FP32 per NC" and
+§1.4 "HBM BW share": 0.36 TB/s on trn2, min(4.9 TB/s / 8, DMA cap 0.528) = 0.53 TB/s on trn3).
+
+Two entry points share those constants: ``estimate`` / ``node_cost`` cost an ATen FX graph, and
+``estimate_module`` costs the StableHLO text we hand to the executor or neuronx-cc (what a pass
+changed is visible there after lowering, e.g. a transpose folded into a ``dot_general``).
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.fx as fx
 
-from .targets import Target
+from .targets import Target, get_target, resolve_lnc
+
+log = logging.getLogger(__name__)
 
 aten = torch.ops.aten
 
@@ -121,3 +131,284 @@ def estimate(gm: fx.GraphModule, target: Target, lnc: int = 1) -> tuple[float, l
         raise ValueError(f"no cost model for target {target.name!r}; use trn2 or trn3")
     costs = [c for n in gm.graph.nodes if (c := node_cost(n, target, lnc)) is not None]
     return math.fsum(c.seconds for c in costs), costs
+
+
+# ---- StableHLO modules ------------------------------------------------------------------------
+
+#: Free ops: no engine work and no HBM traffic of their own (a reshape or bitcast is a new view
+#: of the same bytes; constants are baked into the NEFF; tuples only group values).
+HLO_FREE: frozenset[str] = frozenset(
+    {
+        "stablehlo.reshape",
+        "stablehlo.bitcast_convert",
+        "stablehlo.constant",
+        "stablehlo.tuple",
+        "stablehlo.get_tuple_element",
+        "stablehlo.optimization_barrier",
+        "stablehlo.after_all",
+    }
+)
+#: Data movement: DMA only (no engine arithmetic), so bytes only.
+HLO_DATA_MOVEMENT: frozenset[str] = frozenset(
+    {
+        "stablehlo.iota",
+        "stablehlo.broadcast_in_dim",
+        "stablehlo.transpose",
+        "stablehlo.slice",
+        "stablehlo.concatenate",
+        "stablehlo.pad",
+        "stablehlo.gather",
+        "stablehlo.scatter",
+        "stablehlo.dynamic_slice",
+        "stablehlo.dynamic_update_slice",
+        "stablehlo.reverse",
+    }
+)
+#: Terminators: not ops of their own (``stablehlo.return`` ends a nested region).
+_TERMINATORS = frozenset({"func.return", "stablehlo.return"})
+#: Control flow whose regions are real work (unlike a reduce's scalar combiner body).
+_CONTROL_FLOW = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if"})
+
+#: Engine passes over the elements of one fused ``AwsNeuron*`` kernel (the custom calls our
+#: ``neuron_calls`` lowerings emit; trainium-nki.md §3.1). This is our first-order assumption,
+#: not a measured number: softmax = max, exp + sum, scale; rmsnorm = sum of squares, scale;
+#: gelu/silu = one activation pass; each backward = recompute + multiply by the incoming grad.
+CUSTOM_CALL_PASSES: dict[str, int] = {
+    "AwsNeuronSoftmax": 3,
+    "AwsNeuronSoftmaxBackward": 2,
+    "AwsNeuronGelu": 1,
+    "AwsNeuronGeluApprxTanh": 1,
+    "AwsNeuronGeluBackward": 2,
+    "AwsNeuronSilu": 1,
+    "AwsNeuronSiluBackward": 2,
+    "AwsNeuronRmsNorm": 2,
+}
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """Roofline cost of one StableHLO op (``op_name`` is the MLIR op name; for a custom call,
+    ``stablehlo.custom_call@Target``)."""
+
+    op_name: str
+    flops: float
+    bytes: float
+    seconds: float
+    bound: str  # "compute" | "memory" | "free"
+
+
+@dataclass(frozen=True)
+class ModuleCost:
+    """Estimated cost of a StableHLO module on one logical core of ``target``.
+
+    ``ops`` lists every op the walk visits in program order: the ops of ``@main``, with each
+    ``func.call`` replaced by its callee's ops and each while/case/if followed by the ops of its
+    regions (see ``estimate_module``). ``op_count == len(ops)``: every op except terminators
+    (``func.return``, ``stablehlo.return``) and ``func.call``; free ops (constants, reshapes)
+    are counted. Ops inside a reduce-like op's combiner region are part of that op, not counted.
+    """
+
+    target: str
+    lnc: int
+    ops: tuple[OpCost, ...]
+    seconds: float
+    flops: float
+    bytes: float
+    op_count: int
+
+    def seconds_by_op(self) -> dict[str, float]:
+        """Total seconds per op name, largest first (where the estimate goes)."""
+        out: dict[str, float] = {}
+        for c in self.ops:
+            out[c.op_name] = out.get(c.op_name, 0.0) + c.seconds
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def _elem_bytes(et: Any) -> int:
+    from jaxlib.mlir import ir
+
+    if isinstance(et, ir.ComplexType):
+        return 2 * _elem_bytes(et.element_type)
+    width = getattr(et, "width", None)
+    return 8 if width is None else max(1, width // 8)  # index: 8 bytes; i1 is stored as a byte
+
+
+def _peak_key(et: Any) -> str:
+    """``targets.Target.peak_flops`` key of an MLIR element type."""
+    name = str(et)
+    if name == "bf16":
+        return "bfloat16"
+    if name == "f16":
+        return "float16"
+    return "float8" if name.startswith("f8") else "float32"
+
+
+def _tensor(value: Any) -> tuple[int, int, Any] | None:
+    """(elements, bytes, element type) of a ranked tensor value, None for tokens and tuples."""
+    from jaxlib.mlir import ir
+
+    t = value.type
+    if not isinstance(t, ir.RankedTensorType):
+        return None
+    elems = math.prod(max(d, 1) for d in t.shape)  # a dynamic dim (negative) counts as 1
+    return elems, elems * _elem_bytes(t.element_type), t.element_type
+
+
+class _Walker:
+    """Costs the ops of one parsed module; ``funcs`` maps symbol names to ``func.func`` ops."""
+
+    def __init__(self, target: Target, lnc: int, funcs: dict[str, Any]) -> None:
+        self.target, self.lnc, self.funcs = target, lnc, funcs
+        self.hbm = target.hbm_bandwidth * lnc
+
+    def block(self, block: Any, depth: int = 0) -> Iterator[OpCost]:
+        for view in block.operations:
+            op = view.operation
+            name = op.name
+            if name in _TERMINATORS:
+                continue
+            if name == "func.call":
+                callee = self.funcs.get(str(op.attributes["callee"]).lstrip("@"))
+                if callee is not None and depth < 32:  # recursion guard; StableHLO has none
+                    yield from self.block(callee.regions[0].blocks[0], depth + 1)
+                continue
+            yield self.op_cost(op)
+            if name in _CONTROL_FLOW:
+                yield from self.control_flow(op, depth)
+
+    def control_flow(self, op: Any, depth: int) -> Iterator[OpCost]:
+        """While: one trip of condition and body (the trip count is not known statically; this
+        is a lower bound). Case/if: only one branch runs, so the most expensive one."""
+        regions = [list(self.block(r.blocks[0], depth + 1)) for r in op.regions if r.blocks]
+        if op.name == "stablehlo.while":
+            for costs in regions:
+                yield from costs
+        elif regions:
+            yield from max(regions, key=lambda cs: math.fsum(c.seconds for c in cs))
+
+    def op_cost(self, op: Any) -> OpCost:
+        from jaxlib.mlir import ir
+
+        name = op.name
+        if name in HLO_FREE or name in _CONTROL_FLOW:
+            return OpCost(name, 0.0, 0.0, 0.0, "free")
+        ins: list[Any] = []
+        for v in op.operands:  # each distinct SSA value read once (`%x * %x` reads x once)
+            if not any(v == seen for seen in ins):
+                ins.append(v)
+        operands = [t for v in ins if (t := _tensor(v)) is not None]
+        results = [t for v in op.results if (t := _tensor(v)) is not None]
+        tensors = operands + results
+        moved = float(sum(t[1] for t in tensors))
+        memory_s = moved / self.hbm
+        flops, compute_s = 0.0, 0.0
+        if name == "stablehlo.custom_call":
+            target = ir.StringAttr(op.attributes["call_target_name"]).value
+            name = f"{name}@{target}"
+            passes = CUSTOM_CALL_PASSES.get(target, 0)  # user NKI kernels, unknown: bytes only
+            if passes and tensors:
+                elems = max(t[0] for t in tensors)
+                flops = float(elems * passes)
+                compute_s = flops / self._vector_rate(tensors)
+        elif name in ("stablehlo.dot_general", "stablehlo.dot", "stablehlo.convolution"):
+            flops = self._contraction_flops(op)
+            # TensorE runs at the operands' precision and accumulates in fp32 PSUM, so a bf16
+            # matmul with an f32 result (preferred_element_type) still runs at the bf16 peak.
+            et = operands[0][2] if operands else (results[0][2] if results else None)
+            peak = self.target.peak_flops_per_logical_core(_peak_key(et), self.lnc)
+            compute_s = flops / peak
+        elif name not in HLO_DATA_MOVEMENT and tensors:
+            # Elementwise, compare, select, convert, reduce, ...: one engine pass over the
+            # larger of inputs and outputs (a reduce's combiner body is this pass).
+            flops = float(max(t[0] for t in tensors))
+            compute_s = flops / self._vector_rate(tensors)
+        seconds = max(compute_s, memory_s)
+        bound = "free" if seconds == 0 else ("compute" if compute_s >= memory_s else "memory")
+        return OpCost(name, flops, moved, seconds, bound)
+
+    def _vector_rate(self, tensors: list[tuple[int, int, Any]]) -> float:
+        """VectorE perf mode needs 16-bit data throughout: 16-bit rate only when no operand or
+        result is wider than 2 bytes."""
+        wide = max(_elem_bytes(t[2]) for t in tensors) > 2
+        return ELEMENTWISE_RATE[self.target.name]["other" if wide else "16bit"] * self.lnc
+
+    @staticmethod
+    def _contraction_flops(op: Any) -> float:
+        from jaxlib.mlir.dialects import stablehlo
+
+        out_elems = math.prod(max(d, 1) for d in op.results[0].type.shape)
+        lhs, rhs = op.operands[0].type.shape, op.operands[1].type.shape
+        if op.name == "stablehlo.dot_general":
+            dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
+            k = math.prod(lhs[d] for d in dims.lhs_contracting_dimensions)
+        elif op.name == "stablehlo.dot":
+            k = lhs[-1]
+        else:
+            # Per output element: kernel window x input channels of its group. The kernel's
+            # input-feature dim already is in-channels / feature_group_count.
+            dims = stablehlo.ConvDimensionNumbers(op.attributes["dimension_numbers"])
+            window = math.prod(rhs[d] for d in dims.kernel_spatial_dimensions)
+            k = window * rhs[dims.kernel_input_feature_dimension]
+        return 2.0 * out_elems * k
+
+
+def _as_target(target: Target | str) -> Target:
+    t = get_target(target) if isinstance(target, str) else target
+    if not t.is_neuron:
+        raise ValueError(f"no cost model for target {t.name!r}; use trn2 or trn3")
+    return t
+
+
+def estimate_module(text: str, target: Target | str = "trn2", lnc: int = 1) -> ModuleCost:
+    """Roofline estimate of the StableHLO module ``text`` (generic or pretty form) on one
+    logical core of ``target`` (``lnc`` physical cores: engines and bandwidth scale by it).
+
+    Per op: ``seconds = max(compute, HBM bytes / bandwidth)``, HBM bytes = every distinct tensor
+    operand plus every result. Compute: ``dot_general`` 2 x result elements x contracting size
+    and ``convolution`` 2 x output elements x kernel window x in-channels per group, both on
+    TensorE's peak for the operand dtype; custom calls in ``CUSTOM_CALL_PASSES`` elements x
+    passes on the Vector/Scalar rate (``ELEMENTWISE_RATE``); other custom calls (user NKI kernels
+    via ``AwsNeuronCustomNativeKernel``: their cost is theirs to know) and data movement
+    (``HLO_DATA_MOVEMENT``) bytes only; ``HLO_FREE`` ops nothing; everything else one Vector
+    pass over its largest operand or result. Walks ``@main`` (``func.call`` inlined), see
+    ``ModuleCost`` for what ``op_count`` counts. Deterministic: program order, no identity.
+    """
+    from jaxlib.mlir import ir
+
+    from .artifact import _context
+
+    t = _as_target(target)
+    with _context(), ir.Location.unknown():
+        module = ir.Module.parse(text)
+        funcs = {
+            ir.StringAttr(op.attributes["sym_name"]).value: op.operation
+            for op in module.body.operations
+            if op.operation.name == "func.func"
+        }
+        if "main" not in funcs:
+            raise ValueError("the module has no @main function")
+        ops = tuple(_Walker(t, lnc, funcs).block(funcs["main"].regions[0].blocks[0]))
+    return ModuleCost(
+        target=t.name,
+        lnc=lnc,
+        ops=ops,
+        seconds=math.fsum(c.seconds for c in ops),
+        flops=math.fsum(c.flops for c in ops),
+        bytes=math.fsum(c.bytes for c in ops),
+        op_count=len(ops),
+    )
+
+
+def estimate_for_record(text: str, target_name: str, lnc: int | None = None) -> float | None:
+    """Estimated device seconds of one compiled graph for ``GraphRecord.est_device_s``.
+
+    ``lnc=None``: the target's logical-core config (``targets.resolve_lnc``), since a cpu
+    compile has none of its own. Never raises: an estimate must not fail a compile, so a module
+    the cost model cannot read logs at debug level and gives None.
+    """
+    try:
+        target = _as_target(target_name)
+        return estimate_module(text, target, resolve_lnc(target, lnc)).seconds
+    except Exception as e:  # noqa: BLE001 - see the docstring
+        log.debug("no device-time estimate (%s: %s)", type(e).__name__, e)
+        return None

@@ -39,6 +39,11 @@ class GraphRecord:
     artifact_bytes: int = 0
     regions: int = 1  # compiled regions; more than one when ops fall back to the CPU
     fallback_ops: dict[str, int] = field(default_factory=dict)  # op -> nodes run eagerly
+    #: Roofline estimate of the device time of one call (``cost_model.estimate_module`` on the
+    #: lowered StableHLO, summed over regions) on ``est_target``; None when the ``estimate``
+    #: option is off or the estimate failed.
+    est_device_s: float | None = None
+    est_target: str = ""
 
     @property
     def our_compile_s(self) -> float:

@@ -6,6 +6,7 @@ import itertools
 import math
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -15,6 +16,8 @@ from torch.utils.data import DataLoader
 from neuron_compile.bucket_planner import (
     compare_plans,
     cost_coefficients,
+    cost_from_model,
+    cost_from_module,
     evaluate_buckets,
     fixed_step_buckets,
     length_histogram,
@@ -137,3 +140,48 @@ def test_baselines_and_validation():
     with pytest.raises(ValueError):
         cost_coefficients("cubic")
     assert cost_coefficients("attention") == (1.0, 1 / 4608)
+
+
+# ---- cost coefficients from the roofline cost model -------------------------------------------
+class _TinyBlock(torch.nn.Module):
+    """Pre-norm-free transformer block: causal attention (quadratic in L) plus an MLP."""
+
+    def __init__(self, d: int = 64, heads: int = 4, attention: bool = True) -> None:
+        super().__init__()
+        self.heads, self.attention = heads, attention
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.out = torch.nn.Linear(d, d)
+        self.mlp = torch.nn.Sequential(
+            torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.attention:
+            b, t, d = x.shape
+            qkv = self.qkv(x).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+            y = torch.nn.functional.scaled_dot_product_attention(*qkv, is_causal=True)
+            x = x + self.out(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(x)
+
+
+def test_cost_from_model_fits_a_quadratic_term_only_for_attention():
+    sizes = (32, 64, 128, 256)
+    a, b = cost_from_module(_TinyBlock(), lambda n: torch.randn(1, n, 64), sizes)
+    assert a > 0 and b > 0
+    a_mlp, b_mlp = cost_from_module(
+        _TinyBlock(attention=False), lambda n: torch.randn(1, n, 64), sizes
+    )
+    assert a_mlp > 0 and b_mlp * 128 < 1e-6 * a_mlp  # b·L² negligible next to a·L at L=128
+    plan = plan_buckets([10, 50, 100, 200, 250], 2, cost=(a, b))
+    assert plan.boundaries[-1] == 250
+
+
+def test_cost_from_model_recovers_exact_coefficients():
+    # The fit recovers a·L + b·L² + c (a, b, c >= 0) and drops the per-call constant c.
+    from neuron_compile.bucket_planner import _fit_nonnegative
+
+    lengths = np.array([16.0, 32.0, 64.0, 128.0])
+    a, b = _fit_nonnegative(lengths, 2e-9 * lengths + 3e-12 * lengths**2 + 5e-7)
+    assert a == pytest.approx(2e-9, rel=1e-6) and b == pytest.approx(3e-12, rel=1e-6)
+    with pytest.raises(ValueError, match="two distinct"):
+        cost_from_model(lambda n: "", [8, 8])

@@ -23,7 +23,9 @@ the compiler raises; they never change results.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import os
 import re
 import threading
 import time
@@ -280,6 +282,12 @@ class Collector:
         from ..shapes import recompiles
 
         def compile_frame(gm: fx.GraphModule, example_inputs: Any, cfg: Any, **kw: Any) -> Any:
+            from ..config import ENV_VARS
+
+            if getattr(cfg, "estimate", None) == "off" and not os.environ.get(
+                ENV_VARS["estimate"]
+            ):  # a check reports estimated trn2 device time even for a cpu compile
+                cfg = dataclasses.replace(cfg, estimate="trn2")
             event = None
             if kw.get("recompile"):
                 events = recompiles()
@@ -485,6 +493,8 @@ class Collector:
             artifacts=dict(self.artifacts.get(rec.name, {})),
             location=frame.location if frame else None,
             numerics=self.numerics.get(rec.name),
+            est_device_s=getattr(rec, "est_device_s", None),
+            est_target=getattr(rec, "est_target", ""),
         )
 
     def _record_findings(self, rec: Any, frame: _Frame | None) -> list[Finding]:

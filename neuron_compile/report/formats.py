@@ -121,6 +121,7 @@ def render_junit(report: Report, fail_on: Iterable[str] = ("compile-error",)) ->
         "schema_version": report.schema_version,
         "mode": report.mode,
         "fail_on": ",".join(sorted(fail_on)),
+        **_est_props(report),
         **{f"version.{k}": v for k, v in report.versions.items()},
     }
     prop_xml = "\n".join(
@@ -168,6 +169,13 @@ def render_markdown(report: Report, fail_on: Iterable[str] = ("compile-error",))
         "|---|---:|---|",
     ]
     out += [f"| {c} | {counts[c]} | {'yes' if c in fail_on else 'no'} |" for c in CATEGORIES]
+    total = report.est_device_s_total()
+    if total is not None:
+        out += [
+            "",
+            f"Estimated device time ({report.est_target()} roofline, one call of every "
+            f"graph): {_us(total)}",
+        ]
     if report.crash:
         out += ["", f"**The target crashed** (not a compile error): `{_md(report.crash)}`"]
     if report.findings:
@@ -192,8 +200,8 @@ def render_markdown(report: Report, fail_on: Iterable[str] = ("compile-error",))
             "<details><summary>Graphs</summary>",
             "",
             "| graph | kind | status | nodes | lowering s | verify s | XLA s | cache | regions "
-            "| calls | notes |",
-            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---|",
+            "| calls | est. device | notes |",
+            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
         ]
         for g in report.graphs:
             s = g.seconds
@@ -203,10 +211,26 @@ def render_markdown(report: Report, fail_on: Iterable[str] = ("compile-error",))
                 f"| {_md(g.name)} | {g.kind} | {g.status} | {g.node_count} | "
                 f"{s.get('lowering', 0):.3f} | {s.get('verify', 0):.3f} | "
                 f"{s.get('executor_compile', 0):.3f} | {cache} | {g.regions} | {g.calls} | "
-                f"{_md(_notes(g))} |"
+                f"{_us(g.est_device_s)} | {_md(_notes(g))} |"
             )
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
+
+
+def _us(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e6:.2f} µs"
+
+
+def _est_props(report: Report) -> dict[str, str]:
+    """JUnit suite properties: total and per-graph estimated device seconds (if estimated)."""
+    total = report.est_device_s_total()
+    if total is None:
+        return {}
+    props = {"est_target": report.est_target(), "est_device_s_total": f"{total:.9g}"}
+    for g in report.graphs:
+        if g.est_device_s is not None:
+            props[f"est_device_s.{g.name}"] = f"{g.est_device_s:.9g}"
+    return props
 
 
 def _notes(g) -> str:
@@ -318,6 +342,16 @@ def render_terminal(report: Report, fail_on: Iterable[str] = ("compile-error",))
             lines.append(f"      bundle: {f.bundle} (python {f.bundle}/replay.py)")
         for n in f.ncc:
             lines.append(f"      {n.code} [{n.bucket}] {n.action}")
+    total = report.est_device_s_total()
+    if total is not None:
+        n = sum(g.est_device_s is not None for g in report.graphs)
+        lines.append(
+            f"  estimated device time ({report.est_target()} roofline, one call each): "
+            f"{_us(total)} over {n} graph(s)"
+        )
+        for g in report.graphs:
+            if g.est_device_s is not None:
+                lines.append(f"      {_us(g.est_device_s):>14}  {g.name}")
     if report.crash:
         lines.append(f"  target crashed: {report.crash}")
     return "\n".join(lines) + "\n"

@@ -14,8 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-#: Bumped on any incompatible change of the JSON layout (``schema.REPORT_SCHEMA``).
-SCHEMA_VERSION = "1.0"
+#: Bumped on any incompatible change of the JSON layout (``schema.REPORT_SCHEMA``); the minor
+#: number on added optional fields (1.1: estimated device time per graph and in total).
+SCHEMA_VERSION = "1.1"
 
 #: Finding categories, in the order reports list them; ``--fail-on`` takes these names.
 CATEGORIES = (
@@ -132,6 +133,9 @@ class GraphEntry:
     artifacts: dict[str, str] = field(default_factory=dict)  # dump dir, bundle
     location: Location | None = None  # first user line of the Dynamo frame
     numerics: str | None = None  # run mode: matched | mismatch | random | None
+    #: roofline device seconds per call on ``est_target`` (``cost_model.estimate_module``)
+    est_device_s: float | None = None
+    est_target: str = ""
 
 
 @dataclass
@@ -155,12 +159,23 @@ class Report:
             out[f.category] = out.get(f.category, 0) + f.count
         return out
 
+    def est_device_s_total(self) -> float | None:
+        """Estimated device seconds of one call of every estimated graph, None if none was."""
+        ests = [g.est_device_s for g in self.graphs if g.est_device_s is not None]
+        return sum(ests) if ests else None
+
+    def est_target(self) -> str:
+        """The target(s) the estimates are for (``trn2``; ``trn2,trn3`` if mixed)."""
+        return ",".join(sorted({g.est_target for g in self.graphs if g.est_target}))
+
     def findings_for(self, graph: str) -> list[Finding]:
         return [f for f in self.findings if f.graph == graph]
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["counts"] = self.counts()
+        d["est_device_s_total"] = self.est_device_s_total()
+        d["est_target"] = self.est_target()
         d["tool"] = {"name": "neuron-compile", "version": self.versions.get("neuron_compile", "")}
         return d
 

@@ -75,6 +75,8 @@ _GRAPH = {
         "artifacts": {"type": "object", "additionalProperties": {"type": "string"}},
         "location": _LOCATION,
         "numerics": {"enum": [None, "matched", "mismatch", "random"]},
+        "est_device_s": {"type": ["number", "null"], "minimum": 0},
+        "est_target": {"type": "string"},
     },
 }
 
@@ -106,5 +108,8 @@ REPORT_SCHEMA: dict[str, Any] = {
         "duration_s": _NUM,
         "crash": {"type": ["string", "null"]},
         "cache": {"type": "object"},
+        # since 1.1: roofline device time of one call of every graph (None: estimate off)
+        "est_device_s_total": {"type": ["number", "null"], "minimum": 0},
+        "est_target": {"type": "string"},
     },
 }

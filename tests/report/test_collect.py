@@ -117,3 +117,10 @@ def test_per_graph_stage_seconds_and_cache(sample_run):
     ok = [g for g in report.graphs if g.status == "ok"]
     assert ok and all(g.seconds["backend"] > 0 and g.node_count > 0 for g in ok)
     assert all(g.cache["source"] == "compiled" and g.cache["miss"] for g in ok)
+
+
+def test_check_estimates_trn2_device_time_of_a_cpu_compile(sample_run):
+    report, _, _ = sample_run
+    scan = [g for g in report.graphs if g.name.startswith("ScanNet")]  # nn.Linear: a matmul
+    assert scan and all(g.est_target == "trn2" and g.est_device_s > 0 for g in scan)
+    assert report.est_device_s_total() >= sum(g.est_device_s for g in scan)

@@ -22,7 +22,8 @@ def test_json_validates_against_our_schema_and_round_trips(sample_run):
     doc = json.loads(formats.render_json(report))
     jsonschema.Draft202012Validator.check_schema(REPORT_SCHEMA)
     jsonschema.validate(doc, REPORT_SCHEMA, cls=jsonschema.Draft202012Validator)
-    assert doc["schema_version"] == "1.0" and doc["counts"]["graph-break"] == 2
+    assert doc["schema_version"] == "1.1" and doc["counts"]["graph-break"] == 2
+    assert doc["est_device_s_total"] > 0 and doc["est_target"] == "trn2"
     again = Report.from_dict(doc)
     assert again.to_dict() == report.to_dict()
 
@@ -75,6 +76,8 @@ def test_markdown_and_terminal_summaries(sample_run):
     term = formats.render_terminal(report, FAIL_ON)
     assert "graph-break=2*" in term and "fallback=1 " in term
     assert f"x NC103 compile-error tests/report/samples.py:{line_of('verifier')}" in term
+    assert "Estimated device time (trn2 roofline" in md and "est. device" in md
+    assert "estimated device time (trn2 roofline, one call each)" in term
 
 
 def test_write_all_writes_every_file_format(sample_run, tmp_path):
