@@ -15,12 +15,23 @@ __version__ = "0.1.0"
 # out of users' terminals unless they asked for them.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
+from . import ops  # noqa: E402, F401  (registers neuron_compile:: ops, e.g. for unpickling)
 from .backend import neuron_backend  # noqa: E402
 from .config import NeuronConfig, load_config  # noqa: E402
 from .errors import NeuronCompileError  # noqa: E402
 from .fallback import clear_fallback_ops, get_fallback_ops  # noqa: E402
 from .metrics import BucketRecord, GraphRecord, bucket_metrics, metrics, reset_metrics  # noqa: E402
 from .shapes import RecompileWarning, mark_warmup_done, recompiles  # noqa: E402
+
+
+def __getattr__(name: str) -> object:
+    # ``nki_op`` lives in a module only kernel authors need: load it on first use so that
+    # ``import neuron_compile`` stays as cheap as it is.
+    if name == "nki_op":
+        from .nki import nki_op
+
+        return nki_op
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _configure_logging() -> None:
@@ -51,6 +62,7 @@ __all__ = [
     "mark_warmup_done",
     "metrics",
     "neuron_backend",
+    "nki_op",
     "recompiles",
     "reset_metrics",
 ]

@@ -482,7 +482,7 @@ def _compile_region(
     if indexed is not None:
         key, lowered = indexed
     else:
-        lowered = lower_graph(gm, neuron_calls=target.is_neuron)
+        lowered = lower_graph(gm, neuron_calls=target.is_neuron, target=cfg.target, lnc=cfg.lnc)
         key = _key_of(lowered, cfg)
     t2 = time.perf_counter()
     record.lowering_s += t2 - t1

@@ -11,6 +11,7 @@ and are reported next to ours, never instead of them.
 | NC102 | LoweringError       | a lowering rule failed or produced the wrong type (our bug)    |
 | NC103 | VerifierError       | jaxlib's StableHLO verifier rejected our module (our bug)      |
 | NC104 | DtypePolicyError    | a 64-bit tensor under ``sixty_four_bit="error"``               |
+| NC105 | NkiOpError          | an ``nki_op`` definition is invalid (name, reference, hints)   |
 | NC201 | DynamicShapeError   | symbolic shapes requested (``dynamic=True`` / mark_dynamic)    |
 | NC202 | RecompileLimitError | ``max_recompiles`` exceeded, or a recompile in strict mode     |
 | NC301 | ExecutorError       | the XLA CPU executor failed to compile or run an artifact      |
@@ -141,6 +142,13 @@ class VerifierError(NeuronCompileError):
 
 class DtypePolicyError(NeuronCompileError):
     code = "NC104"
+
+
+class NkiOpError(NeuronCompileError, ValueError):
+    """``neuron_compile.nki_op`` was given something it cannot turn into a custom op: raised
+    where the op is defined (or where a user backward returns the wrong number of gradients)."""
+
+    code = "NC105"
 
 
 class DynamicShapeError(NeuronCompileError):

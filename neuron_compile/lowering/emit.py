@@ -134,6 +134,11 @@ def _dense(values: np.ndarray, dtype: torch.dtype) -> str:
     return f"dense<{nest(values)}>"
 
 
+def _escape(text: str) -> str:
+    """``text`` as the body of an MLIR string literal."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
 class Emitter:
     """Accumulates the body of ``func.func @main`` and hands out fresh SSA names."""
 
@@ -150,6 +155,9 @@ class Emitter:
         #: True: ops that stand for a neuronx-cc kernel become its custom call (the module for
         #: neuronx-cc); False: they lower to their reference decomposition (what XLA CPU runs).
         self.neuron_calls = False
+        #: compile target and logical-core config (kernels are specialised for them)
+        self.target = "cpu"
+        self.lnc: int | None = None
         self.custom_call_targets: list[str] = []  # in emission order
 
     # ---- plumbing -------------------------------------------------------------------------
@@ -210,15 +218,23 @@ class Emitter:
         operands: Sequence[Value],
         result_types: Sequence[TensorType],
         backend_config: str = "",
+        frontend_attributes: dict[str, str] | None = None,
     ) -> list[Value]:
         """``stablehlo.custom_call @target``: the form neuronx-cc's built-in kernels take
-        (``api_version = 2``, no side effect, string ``backend_config``; trainium-nki.md §3.1)."""
+        (``api_version = 2``, no side effect, string ``backend_config``; trainium-nki.md §3.1).
+        ``frontend_attributes`` become ``mhlo.frontend_attributes`` (HLO frontend attributes,
+        e.g. ``has_collectives = "1"`` for NKI kernels; trainium-nki.md §3.3)."""
         self.custom_call_targets.append(target)
-        config = backend_config.replace("\\", "\\\\").replace('"', '\\"')
+        config = _escape(backend_config)
         attrs = (
             f'call_target_name = "{target}", has_side_effect = false, '
             f'backend_config = "{config}", api_version = 2 : i32'
         )
+        if frontend_attributes:
+            items = ", ".join(
+                f'{k} = "{_escape(v)}"' for k, v in sorted(frontend_attributes.items())
+            )
+            attrs += f", mhlo.frontend_attributes = {{{items}}}"
         return self.op("custom_call", operands, result_types, attrs)
 
     def region(

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import BUG_HINT, LoweringError, UnsupportedOpError
 from . import registry
@@ -21,6 +22,47 @@ from .emit import Emitter, TensorType, Value
 
 #: InputSpec.index of the per-call RNG seed (see lowering/stablehlo/random.py)
 RNG_SEED = -2
+
+#: ``get_attr`` tensors up to this many elements become inline ``stablehlo.constant``s instead
+#: of ``@main`` arguments: no per-call transfer, and the values are part of the module text (and
+#: so of the cache key). Bigger ones stay arguments so artifacts stay small.
+INLINE_CONSTANT_MAX_ELEMENTS = 1024
+
+_INLINE_DTYPES = {
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+}
+
+
+def is_inline_constant(tensor: torch.Tensor) -> bool:
+    """True if ``lower_graph`` emits this ``get_attr`` value inline rather than as an argument."""
+    return (
+        isinstance(tensor, torch.Tensor)
+        and tensor.dtype in _INLINE_DTYPES
+        and tensor.layout == torch.strided
+        and tensor.numel() <= INLINE_CONSTANT_MAX_ELEMENTS
+    )
+
+
+def _inline_constant(emitter: Emitter, tensor: torch.Tensor, ttype: TensorType) -> Value:
+    # Lowering runs inside AOTAutograd's compiler callback, where FakeTensorMode is active: leave
+    # it, or the conversions below would produce a fake tensor without data.
+    with _disable_current_modes():
+        value = tensor.detach().cpu().to(ttype.dtype)
+        if value.dtype in (torch.float16, torch.bfloat16):
+            value = value.float()  # numpy has no bfloat16; f32 holds every value exactly
+        array = value.numpy()
+    if array.size == 0:
+        return emitter.full(0, ttype.shape, ttype.dtype)
+    return emitter.constant(array, ttype)
 
 
 @dataclass(frozen=True)
@@ -121,7 +163,12 @@ def lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
 
 
 def lower_graph(
-    gm: fx.GraphModule, func_name: str = "main", *, neuron_calls: bool = False
+    gm: fx.GraphModule,
+    func_name: str = "main",
+    *,
+    neuron_calls: bool = False,
+    target: str = "cpu",
+    lnc: int | None = None,
 ) -> LoweredGraph:
     """Lower ``gm`` (ATen IR with ``meta["val"]`` on every node) to StableHLO text.
 
@@ -131,6 +178,7 @@ def lower_graph(
     """
     emitter = Emitter()
     emitter.neuron_calls = neuron_calls
+    emitter.target, emitter.lnc = target, lnc
     env: dict[fx.Node, Any] = {}
     inputs: list[InputSpec] = []
     downcasts: list[str] = []
@@ -168,6 +216,9 @@ def lower_graph(
         elif node.op == "get_attr":
             tensor = getattr(gm, node.target)
             ttype = TensorType(tuple(tensor.shape), canonical_dtype(tensor.dtype))
+            if is_inline_constant(tensor):
+                env[node] = _inline_constant(emitter, tensor, ttype)
+                continue
             env[node] = emitter.arg(ttype)
             inputs.append(
                 InputSpec(-1, node.name, ttype.shape, tensor.dtype, ttype.dtype, attr=node.target)

@@ -133,7 +133,9 @@ NEURON_CALLS: dict[object, NeuronCall] = {
     ),
     torch.ops.neuron_compile.gelu.default: NeuronCall(
         gelu_reference,
-        lambda approximate, **_: "AwsNeuronGelu" if approximate == "none" else "AwsNeuronGeluApprxTanh",
+        lambda approximate, **_: (
+            "AwsNeuronGelu" if approximate == "none" else "AwsNeuronGeluApprxTanh"
+        ),
     ),
     torch.ops.neuron_compile.gelu_backward.default: NeuronCall(
         gelu_backward_reference, lambda **_: "AwsNeuronGeluBackward"

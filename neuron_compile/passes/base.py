@@ -16,12 +16,18 @@ GraphPass = Callable[[fx.GraphModule], bool]
 
 
 def run_pipeline(
-    gm: fx.GraphModule, passes: Sequence[GraphPass], dump_to: Path | None = None
+    gm: fx.GraphModule,
+    passes: Sequence[GraphPass],
+    dump_to: Path | None = None,
+    *,
+    recompile: bool = True,
 ) -> list[str]:
     """Run ``passes`` in order; return the names of those that changed the graph.
 
     ``dump_to``: a directory that receives the graph before the passes (``00_input.fx.py``) and
     after each pass that changed it (``NN_<pass>.fx.py``), to bisect a pass that broke a graph.
+    ``recompile=False`` leaves ``gm.forward`` stale (the graph itself is current): the lowering
+    reads only the graph, and regenerating Python code costs as much as several passes.
     """
     changed_by: list[str] = []
     done: list[str] = []
@@ -37,11 +43,12 @@ def run_pipeline(
             ) from e
         if changed:
             gm.graph.lint()
-            gm.recompile()
             changed_by.append(name)
             _dump(dump_to, position, name, gm)
         log.debug("pass %s changed=%s", name, changed)
         done.append(name)
+    if changed_by and recompile:
+        gm.recompile()
     return changed_by
 
 
@@ -50,6 +57,7 @@ def _dump(directory: Path | None, position: int, name: str, gm: fx.GraphModule) 
         return
     try:  # a debugging aid never breaks a compile
         directory.mkdir(parents=True, exist_ok=True)
+        gm.recompile()  # gm.code is generated from the graph at recompile
         (directory / f"{position:02d}_{name}.fx.py").write_text(gm.code)
     except OSError as e:
         log.warning("could not dump pass output to %s: %s", directory, e)

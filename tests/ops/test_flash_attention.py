@@ -135,4 +135,6 @@ def test_cpu_target_and_option_off_keep_the_math_path(tmp_path, options):
     _train_step(_Attention(), torch.randn(2, 128, 32), dump_dir=str(tmp_path), **options)
     fx = _fx_text(tmp_path)
     assert "flash_attention" not in fx["forward"] + fx["backward"]
-    assert "aten._softmax" in fx["forward"]
+    # the math path: a softmax (on trn2 the pattern pass makes it neuronx-cc's softmax kernel)
+    assert "aten._softmax" in fx["forward"] or "neuron_compile.softmax" in fx["forward"]
+    assert "aten.bmm" in fx["forward"]
