@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.utils._python_dispatch import _disable_current_modes
 
-from ..lowering.lower_graph import InputSpec, LoweredGraph, OutputSpec
+from ..lowering.lower_graph import InputSpec, LoweredGraph, OutputSpec, is_inline_constant
 from .key import CacheKey, environment_components
 
 INDEX_FILE = "index.json"
@@ -37,6 +38,16 @@ def _type_of(value: Any) -> Any:
     if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         raise TypeError("symbolic value")
     return type(value).__name__
+
+
+def _inline_digest(value: Any) -> str | None:
+    """Digest of a constant's values when lowering inlines them into the module text (passes
+    fold small constants too): two graphs that differ only there must not share an entry."""
+    if not isinstance(value, torch.Tensor) or not is_inline_constant(value):
+        return None
+    with _disable_current_modes():
+        raw = value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _ref(node: fx.Node) -> str:
@@ -67,7 +78,7 @@ def index_key(gm: fx.GraphModule, artifact_form: str, options: dict[str, Any]) -
             for n in gm.graph.nodes
         ]
         attrs = [
-            [n.target, _type_of(getattr(gm, n.target))]
+            [n.target, _type_of(getattr(gm, n.target)), _inline_digest(getattr(gm, n.target))]
             for n in gm.graph.nodes
             if n.op == "get_attr"
         ]

@@ -3,43 +3,71 @@
 from __future__ import annotations
 
 from .base import GraphPass, run_pipeline
+from .collapse_casts import collapse_casts
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
 from .eliminate_dead_code import eliminate_dead_code
+from .fold_constants import fold_constants
 from .fold_permutes import fold_permutes
+from .functionalize_inplace import functionalize_inplace
 from .remove_noops import remove_noops
+from .rewrite_neuron_calls import rewrite_neuron_calls
+from .sink_transposes import sink_transposes
 
 PIPELINE: tuple[GraphPass, ...] = (
-    # First: functionalization leaves alias/clone chains and same-dtype casts; removing them
-    # shrinks what later passes and the lowering see, and exposes permute pairs and duplicates
-    # hidden behind an alias.
+    # Before everything: remove_noops and CSE keep every copy/duplicate near a mutation, so each
+    # in-place op rewritten away unlocks them.
+    functionalize_inplace,
+    # Functionalization leaves alias/clone chains and same-dtype casts; removing them shrinks
+    # what later passes and the lowering see, and exposes permute pairs and duplicates hidden
+    # behind an alias.
     remove_noops,
+    # After remove_noops (which owns lone same-dtype casts) and before CSE: a collapsed chain
+    # reads the original tensor, so equal casts of it written through different chains merge.
+    collapse_casts,
     # Before CSE: two transposes of the same tensor written differently (transpose(transpose(x))
     # vs permute(x)) only become identical expressions once each chain is one permute.
     fold_permutes,
     # Merge duplicates (AOTAutograd's backward recomputes views and transposes of saved values).
     eliminate_common_subexpressions,
-    # Last: every pass above can orphan nodes (folded inner permutes, merged duplicates' inputs).
+    # After CSE: equal constant subgraphs are merged first and fold into one buffer, not two
+    # get_attrs CSE could no longer merge.
+    fold_constants,
+    # Late: it introduces neuron_compile.dot_general, which the ATen-only passes above do not
+    # understand; after fold_permutes/CSE so each operand is at most one (shared) permute.
+    sink_transposes,
+    # Last: every pass above can orphan nodes (folded inner permutes, merged duplicates' inputs,
+    # permutes sunk into dot_general).
     eliminate_dead_code,
 )
 
-#: Passes that only run for trn targets, after PIPELINE: they rewrite subgraphs into the custom
-#: calls neuronx-cc has dedicated kernels for. The CPU target never sees those calls.
-NEURON_PIPELINE: tuple[GraphPass, ...] = ()
+#: Passes that only run for trn targets: they rewrite subgraphs into the custom calls neuronx-cc
+#: has dedicated kernels for. The CPU target never sees those calls. They run right after
+#: fold_permutes, i.e. before CSE: CSE could merge a pattern's interior with an unrelated equal
+#: node and give it an outside user, which blocks the rewrite.
+NEURON_PIPELINE: tuple[GraphPass, ...] = (rewrite_neuron_calls,)
 
 
 def pipeline_for(target: str) -> tuple[GraphPass, ...]:
     """The passes run before lowering for ``target`` (``cpu``, ``trn2``, ``trn3``)."""
-    return PIPELINE + NEURON_PIPELINE if target.startswith("trn") else PIPELINE
+    if not target.startswith("trn"):
+        return PIPELINE
+    at = PIPELINE.index(fold_permutes) + 1
+    return PIPELINE[:at] + NEURON_PIPELINE + PIPELINE[at:]
 
 
 __all__ = [
     "NEURON_PIPELINE",
     "PIPELINE",
     "GraphPass",
+    "collapse_casts",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
+    "fold_constants",
     "fold_permutes",
+    "functionalize_inplace",
     "pipeline_for",
     "remove_noops",
+    "rewrite_neuron_calls",
     "run_pipeline",
+    "sink_transposes",
 ]

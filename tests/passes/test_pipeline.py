@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch._functorch.aot_autograd import aot_function, make_boxed_func
 from torch._functorch.partitioners import default_partition
 
-from neuron_compile.passes import PIPELINE, run_pipeline
+from neuron_compile.passes import PIPELINE, pipeline_for, run_pipeline
 
 aten = torch.ops.aten
 
@@ -33,11 +33,15 @@ def _compile_with_pipeline(fn, seen):
     return aot_function(fn, compiler, compiler, partition_fn=default_partition)
 
 
-def test_order_is_noops_permutes_cse_dce():
+def test_order_is_functionalize_noops_casts_permutes_cse_constants_transposes_dce():
     assert [p.__name__ for p in PIPELINE] == [
+        "functionalize_inplace",
         "remove_noops",
+        "collapse_casts",
         "fold_permutes",
         "eliminate_common_subexpressions",
+        "fold_constants",
+        "sink_transposes",
         "eliminate_dead_code",
     ]
 
@@ -82,3 +86,14 @@ def test_dump_writes_the_input_and_each_changing_pass(tmp_path):
     assert [f.split("_", 1)[1].removesuffix(".fx.py") for f in files[1:]] == changed
     assert "clone" in (tmp_path / "00_input.fx.py").read_text()
     assert "clone" not in (tmp_path / files[-1]).read_text()
+
+
+def test_trn_order_rewrites_neuron_calls_right_after_fold_permutes():
+    """Before CSE, which could give a pattern's interior an outside user; CPU never runs it."""
+    names = [p.__name__ for p in pipeline_for("trn2")]
+    at = names.index("fold_permutes") + 1
+    assert names[at] == "rewrite_neuron_calls"
+    assert names.index("eliminate_common_subexpressions") > at
+    assert names[:at] + names[at + 1 :] == [p.__name__ for p in PIPELINE]
+    assert [p.__name__ for p in pipeline_for("trn3")] == names
+    assert pipeline_for("cpu") == PIPELINE

@@ -3,6 +3,8 @@ eager PyTorch does on CPU, and round once."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ..context import LoweringContext
@@ -13,12 +15,22 @@ aten = torch.ops.aten
 float_matmul = dtypes_in(*FLOATS)
 
 
+def dot(
+    ctx: LoweringContext,
+    a: Value,
+    b: Value,
+    contract: tuple[Sequence[int], Sequence[int]],
+    batch: tuple[Sequence[int], Sequence[int]] = ((), ()),
+) -> Value:
+    """``stablehlo.dot_general`` accumulated in the compute dtype (not yet rounded back)."""
+    return ctx.emit.dot_general(a, b, contract, batch, out_dtype=ctx.compute_dtype(a.dtype))
+
+
 def matmul(ctx: LoweringContext, a: Value, b: Value, batched: bool = False) -> Value:
     """``a @ b`` for 2-D (or batched 3-D) operands, accumulated in the compute dtype."""
-    acc = ctx.compute_dtype(a.dtype)
     if batched:
-        return ctx.emit.dot_general(a, b, ((2,), (1,)), ((0,), (0,)), out_dtype=acc)
-    return ctx.emit.dot_general(a, b, ((1,), (0,)), out_dtype=acc)
+        return dot(ctx, a, b, ((2,), (1,)), ((0,), (0,)))
+    return dot(ctx, a, b, ((1,), (0,)))
 
 
 def _scaled(ctx: LoweringContext, x: Value, factor: float) -> Value:

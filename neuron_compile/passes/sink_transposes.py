@@ -1,0 +1,122 @@
+"""sink_transposes: fold operand transposes of ``mm``/``bmm`` into ``dot_general`` dimensions.
+
+AOTAutograd backward graphs compute ``mm(permute(a, [1, 0]), b)`` and
+``bmm(permute(x, [0, 2, 1]), y)`` everywhere; lowered as written, each permute is a
+``stablehlo.transpose`` that materializes a copy. ``stablehlo.dot_general`` reads either operand
+in any layout through its dimension numbers, so the permute can go.
+
+Requires: ``meta["val"]`` on the matmul and its operands (dtype and rank checks).
+Guarantees: ``mm``/``bmm`` on floating-point operands where at least one operand is a permute
+(``permute``, ``transpose.int``, ``t``) that keeps the batch dim in place becomes
+``neuron_compile.dot_general`` on the permutes' inputs, with the same result (shape, dtype and
+values: the op's result dims are batch, lhs free, rhs free, which is ``mm``/``bmm``'s order).
+The new node's ``meta["val"]`` comes from running the op's fake implementation under the
+graph's fake mode. A permute left without users is erased; one that other nodes still read stays
+(the rewrite then removes no op but adds none either, and the matmul no longer waits on the
+transpose). Runs late: it introduces a custom op that other passes do not know.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.fx as fx
+from torch._guards import detect_fake_mode
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import _disable_current_modes
+
+from ..ops import dot_general as _dot_general_op  # noqa: F401  (registers the op)
+
+log = logging.getLogger(__name__)
+
+aten = torch.ops.aten
+DOT_GENERAL = torch.ops.neuron_compile.dot_general.default
+
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _perm(node: fx.Node) -> list[int] | None:
+    """The permutation ``node`` applies to its input, or None if it is not a transpose."""
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
+        return None
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return None
+    rank = val.dim()
+    if node.target is aten.t.default and rank == 2:
+        return [1, 0]
+    if node.target is aten.permute.default and len(node.args) == 2:
+        dims = node.args[1]
+        if isinstance(dims, list | tuple) and all(isinstance(d, int) for d in dims):
+            return [d % rank for d in dims]
+    if node.target is aten.transpose.int and len(node.args) == 3:
+        d0, d1 = node.args[1], node.args[2]
+        if isinstance(d0, int) and isinstance(d1, int):
+            perm = list(range(rank))
+            perm[d0 % rank], perm[d1 % rank] = perm[d1 % rank], perm[d0 % rank]
+            return perm
+    return None
+
+
+def _operand(
+    node: fx.Node, batched: bool, contract_at: int
+) -> tuple[fx.Node, list[int], list[int], bool]:
+    """``(source, contract dims, batch dims, sunk)`` for one matmul operand: through a permute
+    (sunk) if it has one that leaves the batch dim alone, else the operand as it is."""
+    rank = 3 if batched else 2
+    perm = _perm(node)
+    if perm is not None and len(perm) == rank and (not batched or perm[0] == 0):
+        src = node.args[0]
+        # Operand dim i is source dim perm[i].
+        return src, [perm[contract_at]], [perm[0]] if batched else [], True
+    return node, [contract_at], [0] if batched else [], False
+
+
+def _fake_result(args: tuple[object, ...], fallback: torch.Tensor) -> torch.Tensor:
+    """The new node's ``meta["val"]``: the op's fake implementation on the operands' vals."""
+    vals = [a for a in args if isinstance(a, torch.Tensor)]
+    mode = detect_fake_mode(vals)
+    try:
+        if mode is not None:
+            with mode:
+                return DOT_GENERAL(*args)
+        with _disable_current_modes(), FakeTensorMode(allow_non_fake_inputs=True):
+            return DOT_GENERAL(*args)
+    except Exception:  # operands without meta: the matmul's own type is the same by construction
+        return fallback
+
+
+def sink_transposes(gm: fx.GraphModule) -> bool:
+    graph = gm.graph
+    sunk = erased = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in (aten.mm.default, aten.bmm.default):
+            continue
+        val = node.meta.get("val")
+        if len(node.args) != 2 or not isinstance(val, torch.Tensor) or val.dtype not in _FLOATS:
+            continue
+        a, b = node.args
+        if not isinstance(a, fx.Node) or not isinstance(b, fx.Node):
+            continue
+        batched = node.target is aten.bmm.default
+        lhs, lc, lb, lhs_sunk = _operand(a, batched, 2 if batched else 1)
+        rhs, rc, rb, rhs_sunk = _operand(b, batched, 1 if batched else 0)
+        if not (lhs_sunk or rhs_sunk):
+            continue
+        args = (lhs, rhs, lc, rc, lb, rb)
+        with graph.inserting_before(node):
+            new = graph.call_function(DOT_GENERAL, args)
+        new.meta = dict(node.meta)
+        new.meta["val"] = _fake_result(
+            (lhs.meta.get("val"), rhs.meta.get("val"), lc, rc, lb, rb), val
+        )
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        sunk += 1
+        for operand in {a, b}:
+            if _perm(operand) is not None and not operand.users:
+                graph.erase_node(operand)
+                erased += 1
+    log.debug("sink_transposes: rewrote %d matmuls, erased %d transposes", sunk, erased)
+    return sunk > 0
