@@ -272,7 +272,8 @@ def compile_graph(
     fx_key, indexed = _index_lookup(gm, cfg, name)  # a warm start skips passes and lowering
     if indexed is None:
         dump_to = Path(cfg.dump_dir) / name / "passes" if cfg.dump_dir else None
-        run_pipeline(gm, pipeline_for(cfg.target), dump_to=dump_to)
+        # No recompile: lowering reads the graph; the rare paths that run or print gm do it.
+        run_pipeline(gm, pipeline_for(cfg.target), dump_to=dump_to, recompile=False)
         record.passes_s = time.perf_counter() - t0
     if indexed is not None or is_fully_supported(gm):
         runner: CompiledGraph | FallbackRunner = _compile_region(
@@ -323,6 +324,7 @@ def _compile_with_fallback(
         FallbackWarning,
         stacklevel=2,
     )
+    gm.recompile()  # the passes left gm.forward stale; the eager parts run it
     fused, regions = partition(gm)
     for region in regions:
         sub = fused.get_submodule(region)
@@ -562,6 +564,7 @@ def _compile_region(
             "artifact_form": cfg.artifact,
         }
         text = artifact_mod.pretty(lowered.text) if cfg.verify else lowered.text
+        gm.recompile()  # gm.code after the passes
         dump_graph(cfg.dump_dir, name, gm, text, art, meta)
     constants = {s.attr: getattr(gm, s.attr) for s in lowered.inputs if s.attr}
     return CompiledGraph(name, lowered, executable, constants, record)

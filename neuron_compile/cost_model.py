@@ -43,7 +43,14 @@ ELEMENTWISE_RATE: dict[str, dict[str, float]] = {
     "trn3": {"16bit": 512 * 1.2e9, "other": 256 * 1.2e9},
 }
 
-_MATMULS = {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default}
+_DOT_GENERAL = torch.ops.neuron_compile.dot_general.default  # passes/sink_transposes.py
+_MATMULS = {
+    aten.mm.default,
+    aten.bmm.default,
+    aten.addmm.default,
+    aten.baddbmm.default,
+    _DOT_GENERAL,
+}
 _FREE = {
     aten.view.default,
     aten._unsafe_view.default,
@@ -86,6 +93,9 @@ def _nbytes(t: torch.Tensor) -> int:
 def matmul_flops(node: fx.Node) -> float:
     """2 x M x N x K (x batch) for the mm family, from the output and the first operand."""
     out = node.meta["val"]
+    if node.target is _DOT_GENERAL:  # (lhs, rhs, lhs_contract, ...): K from the lhs dims
+        lhs_shape = node.args[0].meta["val"].shape
+        return 2.0 * out.numel() * math.prod(lhs_shape[d] for d in node.args[2])
     a = node.args[1 if node.target in (aten.addmm.default, aten.baddbmm.default) else 0]
     k = a.meta["val"].shape[-1]
     return 2.0 * out.numel() * k

@@ -246,3 +246,19 @@ def test_estimate_option_defaults_to_the_trn_target_else_off():
     assert load_config({"estimate": "off"}, env=env).estimate == "off"  # options win
     with pytest.raises(OptionsError, match="estimate"):
         load_config({"estimate": "h100"}, env={})
+
+
+def test_fx_dot_general_counts_as_a_matmul():
+    from neuron_compile.passes import run_pipeline
+    from neuron_compile.passes.sink_transposes import sink_transposes
+    from neuron_compile.targets import get_target
+    from tests.helpers import trace_aten
+
+    gm = trace_aten(lambda a, b: a.t() @ b, torch.randn(64, 32), torch.randn(64, 16))
+    trn2 = get_target("trn2")
+    before = {c.node: c for c in estimate(gm, trn2)[1]}
+    run_pipeline(gm, [sink_transposes])
+    (dot,) = [n for n in gm.graph.nodes if "dot_general" in str(n.target)]
+    cost = node_cost(dot, trn2)
+    assert cost.flops == 2 * 32 * 16 * 64  # M x N x K, K = the contracted lhs dim
+    assert cost.flops == max(c.flops for c in before.values() if c.bound != "free")

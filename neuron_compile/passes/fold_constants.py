@@ -86,10 +86,8 @@ def _constant_nodes(gm: fx.GraphModule) -> dict[fx.Node, torch.Tensor]:
                 if isinstance(attr, torch.Tensor) and node not in written:
                     values[node] = attr
                 continue
-            if not _foldable_op(node):
-                continue
-            inputs = node.all_input_nodes
-            if any(n not in values for n in inputs):
+            # Cheap test first: almost every node depends on a graph input.
+            if any(n not in values for n in node.all_input_nodes) or not _foldable_op(node):
                 continue
             numel = _numel(node)
             if (

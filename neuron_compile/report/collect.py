@@ -333,7 +333,7 @@ class Collector:
                         e,
                         name,
                         kind,
-                        fx_code=gm.code,
+                        fx_code=gm.graph.python_code("self").src,  # current even if passes ran
                         inputs=_specs(gm),
                         stablehlo=self._tls.texts[-1] if self._tls.texts else None,
                         flags={k: str(v) for k, v in vars(cfg).items()},
