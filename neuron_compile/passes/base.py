@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -13,6 +14,9 @@ from ..errors import BUG_HINT, LoweringError
 log = logging.getLogger(__name__)
 
 GraphPass = Callable[[fx.GraphModule], bool]
+
+LINT_ENV = "NEURON_COMPILE_LINT_EACH_PASS"
+LINT_EACH_PASS = os.environ.get(LINT_ENV, "") not in ("", "0")
 
 
 def run_pipeline(
@@ -31,6 +35,9 @@ def run_pipeline(
     """
     changed_by: list[str] = []
     done: list[str] = []
+    # Linting costs about as much as a pass: after each pass when debugging (names the pass that
+    # broke the graph), else once at the end.
+    lint_each = dump_to is not None or LINT_EACH_PASS or log.isEnabledFor(logging.DEBUG)
     _dump(dump_to, 0, "input", gm)
     for position, graph_pass in enumerate(passes, start=1):
         name = graph_pass.__name__
@@ -42,11 +49,20 @@ def run_pipeline(
                 hint=BUG_HINT,
             ) from e
         if changed:
-            gm.graph.lint()
+            if lint_each:
+                gm.graph.lint()
             changed_by.append(name)
             _dump(dump_to, position, name, gm)
         log.debug("pass %s changed=%s", name, changed)
         done.append(name)
+    if changed_by and not lint_each:
+        try:
+            gm.graph.lint()
+        except Exception as e:
+            raise LoweringError(
+                f"the graph is malformed after passes {', '.join(changed_by)}: {e}",
+                hint=BUG_HINT + f"; set {LINT_ENV}=1 to lint after each pass",
+            ) from e
     if changed_by and recompile:
         gm.recompile()
     return changed_by

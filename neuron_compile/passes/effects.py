@@ -6,6 +6,7 @@ place and err on the side of keeping a node.
 
 from __future__ import annotations
 
+import functools
 import operator
 
 import torch
@@ -25,17 +26,42 @@ def op_name(target: object) -> str:
     return getattr(target, "__name__", str(target))
 
 
-def is_random(node: fx.Node) -> bool:
-    """True if ``node`` draws from (or saves/restores) an RNG state."""
-    if node.op != "call_function":
-        return False
-    target = node.target
+@functools.lru_cache(maxsize=4096)
+def _target_is_random(target: object) -> bool:
     if isinstance(target, OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
         return True
     if getattr(target, "_nondeterministic_seeded", False):
         return True
     name = op_name(target).lower()
     return any(part in name for part in _RANDOM_NAME_PARTS)
+
+
+@functools.lru_cache(maxsize=4096)
+def _target_mutates(target: object) -> bool:
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and schema.is_mutable)
+
+
+@functools.lru_cache(maxsize=4096)
+def _result_aliases_self(target: object) -> bool:
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
+
+
+# Answers per op are cached (every pass asks them of every node; schema lookups dominated the
+# pass pipeline's time). Unhashable targets are answered uncached.
+def _cached(fn, target: object) -> bool:  # noqa: ANN001 - one of the lru_cache'd predicates
+    try:
+        return fn(target)
+    except TypeError:
+        return fn.__wrapped__(target)
+
+
+def is_random(node: fx.Node) -> bool:
+    """True if ``node`` draws from (or saves/restores) an RNG state."""
+    if node.op != "call_function":
+        return False
+    return _cached(_target_is_random, node.target)
 
 
 def mutates(node: fx.Node) -> bool:
@@ -45,8 +71,7 @@ def mutates(node: fx.Node) -> bool:
         return isinstance(target, str) and target.endswith("_")
     if node.op != "call_function":
         return False
-    schema = getattr(target, "_schema", None)
-    return bool(schema is not None and schema.is_mutable)
+    return _cached(_target_mutates, target)
 
 
 def mutated_args(node: fx.Node) -> list[fx.Node]:
@@ -117,10 +142,7 @@ def alias_root(node: fx.Node) -> fx.Node:
         if node.target is operator.getitem:  # an element of a multi-output op's result
             node = node.args[0]
             continue
-        schema = getattr(node.target, "_schema", None)
-        if schema is None or not schema.returns:
-            break
-        if schema.returns[0].alias_info is None:  # in-place results alias ``self`` too
+        if not _cached(_result_aliases_self, node.target):  # in-place results alias self too
             break
         node = node.args[0]
         seen += 1

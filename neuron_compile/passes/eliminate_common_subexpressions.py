@@ -31,10 +31,24 @@ class _Unhashable(Exception):
     pass
 
 
+_SEQUENCES = (list, tuple, torch.fx.immutable_collections.immutable_list)
+
+
 def _key_of(value: Any) -> Hashable:
     """A hashable key that is equal only for values that mean the same to the op."""
+    kind = type(value)  # exact-type fast paths for what ATen arguments almost always are
+    if kind is fx.Node:
+        return value  # by identity; never equal to the tuples below
+    if kind is int or kind is bool or kind is str:
+        return (kind, value)
+    if kind in _SEQUENCES:
+        return ("seq", tuple(map(_key_of, value)))
+    return _key_of_other(value)
+
+
+def _key_of_other(value: Any) -> Hashable:
     if isinstance(value, fx.Node):
-        return ("node", value)
+        return value
     if isinstance(value, bool | int | str) or value is None:
         return (type(value).__name__, value)
     if isinstance(value, float):
@@ -82,7 +96,8 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> bool:
         if not _mergeable(node) or alias_root(node) in written:
             continue
         try:
-            key = (node.target, _key_of(node.args), _key_of(dict(node.kwargs)))
+            kwargs = _key_of(dict(node.kwargs)) if node.kwargs else None
+            key = (node.target, _key_of(node.args), kwargs)
             hash(key)
         except (_Unhashable, TypeError):
             continue
