@@ -9,6 +9,12 @@ step (forward, backward, AdamW) after importing everything:
   ``TORCHINDUCTOR_CACHE_DIR`` with its FX graph cache and AOTAutograd cache on);
 * warm: a second process on the directory the cold one filled.
 
+``neuron`` also gets a torch cache directory of its own (``TORCHINDUCTOR_CACHE_DIR``), where
+PyTorch's AOTAutogradCache keeps the entries that let our warm start skip AOTAutograd tracing
+(``aot_cache`` option, neuron_compile/aot_cache.py); ``neuron (no aot)`` is the same with
+``NEURON_COMPILE_AOT_CACHE=0``, i.e. a warm start that traces. Per run the AOTAutogradCache
+counters (``hit``/``miss``/``bypass``) say whether tracing was skipped.
+
 Per process it records the time to the first compiled step end to end (``torch.compile`` call
 -> first step done, imports excluded) and the time spent inside the backend from graph hand-over
 to a runnable callable, i.e. excluding Dynamo and AOTAutograd tracing: for us the sum of
@@ -41,6 +47,7 @@ def child(backend: str) -> dict[str, float]:
     import torch
 
     sys.path.insert(0, str(ROOT / "examples"))
+    from torch._dynamo.utils import counters
     from train_gpt import GPTConfig, TinyGPT, make_batches
 
     inside = [0.0]
@@ -73,24 +80,32 @@ def child(backend: str) -> dict[str, float]:
     loss.backward()
     opt.step()
     first_step = time.perf_counter() - t0
-    if backend == "neuron":
+    if backend != "inductor":
         records = neuron_compile.metrics()
         inside[0] = sum(r.backend_s for r in records)
         sources = sorted({r.cache_source for r in records})
     else:
         sources = []
+    aot = counters["aot_autograd"]
     return {
         "first_step_s": first_step,
         "backend_s": inside[0],
         "loss": loss.item(),
         "sources": sources,
+        "aot_cache": {k: aot[f"autograd_cache_{k}"] for k in ("hit", "miss", "bypass")},
     }
 
 
-def run_child(backend: str, cache_dir: Path) -> dict:
+VARIANTS = {"neuron": "neuron", "neuron (no aot)": "neuron", "inductor": "inductor"}
+
+
+def run_child(variant: str, cache_dir: Path) -> dict:
+    backend = VARIANTS[variant]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if backend == "neuron":
-        env["NEURON_COMPILE_CACHE_DIR"] = str(cache_dir)
+        env["NEURON_COMPILE_CACHE_DIR"] = str(cache_dir / "neuron")
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir / "torch")
+        env["NEURON_COMPILE_AOT_CACHE"] = "0" if "no aot" in variant else "1"
     else:
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir)
         env["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "1"
@@ -107,13 +122,13 @@ def run_child(backend: str, cache_dir: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def measure(backend: str, repeats: int) -> dict[str, float]:
+def measure(variant: str, repeats: int) -> dict[str, float]:
     cold, warm = [], []
     for _ in range(repeats):
-        with tempfile.TemporaryDirectory(prefix=f"bench_cache_{backend}_") as d:
-            cold.append(run_child(backend, Path(d)))
-            warm.append(run_child(backend, Path(d)))
-    if backend == "neuron":
+        with tempfile.TemporaryDirectory(prefix="bench_cache_") as d:
+            cold.append(run_child(variant, Path(d)))
+            warm.append(run_child(variant, Path(d)))
+    if VARIANTS[variant] == "neuron":
         assert all(w["sources"] == ["disk"] for w in warm), [w["sources"] for w in warm]
         assert all(w["loss"] == c["loss"] for c, w in zip(cold, warm, strict=True))
 
@@ -125,6 +140,10 @@ def measure(backend: str, repeats: int) -> dict[str, float]:
         "warm_first_step_s": med(warm, "first_step_s"),
         "cold_backend_s": med(cold, "backend_s"),
         "warm_backend_s": med(warm, "backend_s"),
+        # runs whose AOTAutograd tracing was skipped (an AOTAutogradCache hit)
+        "cold_aot_skipped": sum(bool(r["aot_cache"]["hit"]) for r in cold),
+        "warm_aot_skipped": sum(bool(r["aot_cache"]["hit"]) for r in warm),
+        "warm_aot_cache": [r["aot_cache"] for r in warm],
     }
 
 
@@ -137,18 +156,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(args.child)))
         return 0
-    res = {b: measure(b, args.repeats) for b in ("neuron", "inductor")}
+    res = {v: measure(v, args.repeats) for v in VARIANTS}
     ours, ind = res["neuron"], res["inductor"]
     print(f"TinyGPT first train step in a new process, medians of {args.repeats} (seconds)")
-    print(f"{'':26}{'neuron':>10}{'inductor':>10}{'neuron/inductor':>17}")
+    print(f"{'':26}" + "".join(f"{v:>17}" for v in VARIANTS) + f"{'neuron/inductor':>17}")
     for label, field in (
         ("cold: first step", "cold_first_step_s"),
         ("warm: first step", "warm_first_step_s"),
         ("cold: inside backend", "cold_backend_s"),
         ("warm: inside backend", "warm_backend_s"),
+        ("cold: AOT tracing skipped", "cold_aot_skipped"),
+        ("warm: AOT tracing skipped", "warm_aot_skipped"),
     ):
-        ratio = f"{ours[field] / ind[field]:17.2f}" if ind[field] else f"{'-':>17}"
-        print(f"{label:26}{ours[field]:10.3f}{ind[field]:10.3f}{ratio}")
+        cells = "".join(
+            f"{res[v][field]:17.3f}"
+            if field.endswith("_s")
+            else f"{res[v][field]:>14}/{args.repeats:<2}"
+            for v in VARIANTS
+        )
+        ratio = (
+            f"{ours[field] / ind[field]:17.2f}"
+            if field.endswith("_s") and ind[field]
+            else f"{'-':>17}"
+        )
+        print(f"{label:26}{cells}{ratio}")
     ratio = ours["warm_backend_s"] / ours["cold_backend_s"]
     faster = ours["warm_first_step_s"] < ind["warm_first_step_s"]
     print(
@@ -158,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"our warm first step vs Inductor's warm first step: "
         f"{ours['warm_first_step_s']:.2f} s vs {ind['warm_first_step_s']:.2f} s "
-        f"({'met' if faster else 'NOT met'})"
+        f"({'met' if faster else 'NOT met'}); without the AOT cache "
+        f"{res['neuron (no aot)']['warm_first_step_s']:.2f} s"
     )
     res["backend_ratio"] = ratio
     if args.json:
