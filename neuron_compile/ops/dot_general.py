@@ -8,6 +8,7 @@ order), then lhs's free dims, then rhs's free dims, each in operand order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -69,17 +70,10 @@ def dot_general(
     m = [lhs.shape[d] for d in lhs_free]
     n = [rhs.shape[d] for d in rhs_free]
     k = [lhs.shape[d] for d in lhs_contract]
-    a = lhs.permute(*lhs_batch, *lhs_free, *lhs_contract).reshape(-1, _prod(m), _prod(k))
-    b = rhs.permute(*rhs_batch, *rhs_contract, *rhs_free).reshape(-1, _prod(k), _prod(n))
+    a = lhs.permute(*lhs_batch, *lhs_free, *lhs_contract).reshape(-1, math.prod(m), math.prod(k))
+    b = rhs.permute(*rhs_batch, *rhs_contract, *rhs_free).reshape(-1, math.prod(k), math.prod(n))
     out = torch.mm(a[0], b[0]).unsqueeze(0) if not batch else torch.bmm(a, b)
     return out.reshape(*batch, *m, *n).contiguous()
-
-
-def _prod(sizes: Sequence[int]) -> int:
-    out = 1
-    for s in sizes:
-        out *= s
-    return out
 
 
 @dot_general.register_fake
