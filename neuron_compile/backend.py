@@ -6,6 +6,7 @@ forward / backward / inference compilers, boxed calling convention) -> ``compile
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import registration
+from . import aot_cache, registration
 from .capture import decomposition_table
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
@@ -83,30 +84,42 @@ def compile_frame(
     aot_id = next(_aot_ids)
     counters = dict.fromkeys(("forward", "backward", "inference"), 0)
     start = time.perf_counter()
+    cached = aot_cache.enabled(cfg)
+
+    def next_name(kind: str) -> str:
+        n = counters[kind]
+        counters[kind] += 1
+        return f"{model}_{aot_id}_{kind}_{n}"
 
     def compiler_for(kind: str):
         def compile_one(fx_gm: fx.GraphModule, inputs: Sequence[Any]) -> Any:
-            n = counters[kind]
-            counters[kind] += 1
             # The backward graph is traced together with the forward (joint graph): its capture
             # time is already in the forward's record.
             capture = 0.0 if kind == "backward" else time.perf_counter() - start
-            return compile_graph(
+            runner = compile_graph(
                 fx_gm,
                 inputs,
-                name=f"{model}_{aot_id}_{kind}_{n}",
+                name=next_name(kind),
                 kind=kind,
                 cfg=cfg,
                 capture_s=capture,
                 recompile=recompile,
             )
+            return aot_cache.wrap(runner, fx_gm, kind, cfg) if cached else runner
 
         compile_one.__name__ = f"neuron_{kind}_compiler"
         return compile_one
 
+    partition_fn = partition_with_link(default_partition)
+    fw_compiler: Any = compiler_for("forward")
+    if cached:  # AOTAutogradCache stores and loads our OutputCode (aot_cache.py)
+        from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler
+
+        partition_fn = aot_cache.partition_with_pair(partition_fn)
+        fw_compiler = SerializableAOTDispatchCompiler(aot_cache.NeuronOutputCode, fw_compiler)
     aot = aot_autograd(
-        partition_fn=partition_with_link(default_partition),
-        fw_compiler=compiler_for("forward"),
+        partition_fn=partition_fn,
+        fw_compiler=fw_compiler,
         bw_compiler=compiler_for("backward"),
         inference_compiler=compiler_for("inference"),
         decompositions=decomposition_table(cfg.target),
@@ -117,7 +130,10 @@ def compile_frame(
         from .ops.flash_attention import route_sdpa
 
         route_sdpa(gm)
-    with sdpa_kernel(SDPBackend.MATH):
+    scope = (
+        aot_cache.frame(cfg, next_name, start, recompile) if cached else contextlib.nullcontext()
+    )
+    with sdpa_kernel(SDPBackend.MATH), scope:
         return aot(gm, list(example_inputs))
 
 

@@ -117,6 +117,9 @@ class CompiledGraph:
         # Backward: which argument holds the forward's token (saved value i is argument i).
         self._token_arg: int | None = None
         self._register_outputs = True  # remember our outputs' addresses for a later re-import
+        #: The graph's FX index key (cache/fx_index.py), when it has one: the AOTAutograd cache
+        #: entry refers to the graph by it (aot_cache.py).
+        self.fx_key: str | None = None
 
     def keep_saved_resident(self, link: SavedLink) -> None:
         """Forward graph: keep saved activations that only the backward reads as arrays."""
@@ -280,6 +283,7 @@ def compile_graph(
             gm, name, kind, cfg, record, fx_key=fx_key, indexed=indexed
         )
         runner.count_calls = True
+        runner.fx_key = fx_key
     else:
         runner = _compile_with_fallback(gm, name, kind, cfg, record)
     link = gm.meta.get(META_KEY)

@@ -70,6 +70,10 @@ class NeuronConfig:
     #: lengths multiples of 128, head dim <= 128, no mask, no dropout) to the flash-attention
     #: kernel op (``ops/flash_attention.py``) instead of its math decomposition.
     flash_attention: bool = True
+    #: Let a warm start skip Dynamo's AOTAutograd tracing: PyTorch's AOTAutogradCache (under
+    #: ``TORCHINDUCTOR_CACHE_DIR``) stores the traced graphs' metadata with small references to
+    #: our disk-cache entries (aot_cache.py). CPU target with the disk cache on only.
+    aot_cache: bool = True
     #: Extra user metadata, not interpreted (kept in dumps). Not an option key.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -153,6 +157,7 @@ ENV_VARS: dict[str, str] = {
     "optlevel": ENV_PREFIX + "OPTLEVEL",
     "estimate": ENV_PREFIX + "ESTIMATE",
     "flash_attention": ENV_PREFIX + "FLASH_ATTENTION",
+    "aot_cache": ENV_PREFIX + "AOT_CACHE",
 }
 
 
@@ -202,7 +207,7 @@ def load_config(
                 hint=f"valid keys: {', '.join(OPTION_KEYS)} (see README 'Options')",
             )
         values[key] = value
-    for key in ("verify", "strict_recompile", "flash_attention"):
+    for key in ("verify", "strict_recompile", "flash_attention", "aot_cache"):
         if key in values:
             values[key] = _parse_bool(key, values[key])
     for key in ("max_recompiles", "lnc", "optlevel"):
