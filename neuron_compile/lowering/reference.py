@@ -10,9 +10,10 @@ exactly the math that stands behind each call.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
+import torch
 import torch.fx as fx
 from torch._guards import detect_fake_mode
 from torch.fx.experimental.proxy_tensor import make_fx
@@ -21,12 +22,48 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from ..errors import LoweringError, UnsupportedOpError
 from .context import LoweringContext
 
+#: Traced references by (function, argument types and constants): a graph lowers the same kernel
+#: op many times (every layer), and tracing costs milliseconds while lowering its graph does not.
+_TRACES: dict[Hashable, fx.GraphModule] = {}
+_MAX_TRACES = 512
+
+
+def _trace_key(fn: Callable[..., Any], leaves: list[Any], spec: Any) -> Hashable | None:
+    parts: list[Any] = [fn, str(spec)]
+    for leaf in leaves:
+        if isinstance(leaf, fx.Node):
+            val = leaf.meta.get("val")
+            if not isinstance(val, torch.Tensor):
+                return None
+            parts.append(("tensor", tuple(val.shape), val.dtype, val.device))
+        else:
+            parts.append((type(leaf), leaf))
+    key = tuple(parts)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
 
 def trace_reference(node: fx.Node, fn: Callable[..., Any]) -> fx.GraphModule:
     """``fn`` called with ``node``'s arguments, traced to core ATen on the nodes' fake values."""
+    leaves, spec = tree_flatten((node.args, node.kwargs))
+    key = _trace_key(fn, leaves, spec)
+    cached = _TRACES.get(key) if key is not None else None
+    if cached is not None:
+        return cached
+    traced = _trace(fn, leaves, spec)
+    if key is not None:
+        if len(_TRACES) >= _MAX_TRACES:
+            _TRACES.clear()
+        _TRACES[key] = traced
+    return traced
+
+
+def _trace(fn: Callable[..., Any], leaves: list[Any], spec: Any) -> fx.GraphModule:
     from ..capture import decomposition_table
 
-    leaves, spec = tree_flatten((node.args, node.kwargs))
     positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, fx.Node)]
     fakes = [leaves[i].meta["val"] for i in positions]
 
