@@ -96,16 +96,23 @@ def compile_frame(
             # The backward graph is traced together with the forward (joint graph): its capture
             # time is already in the forward's record.
             capture = 0.0 if kind == "backward" else time.perf_counter() - start
-            runner = compile_graph(
-                fx_gm,
-                inputs,
-                name=next_name(kind),
-                kind=kind,
-                cfg=cfg,
-                capture_s=capture,
-                recompile=recompile,
-            )
-            return aot_cache.wrap(runner, fx_gm, kind, cfg) if cached else runner
+
+            def compile_now() -> Any:
+                return compile_graph(
+                    fx_gm,
+                    inputs,
+                    name=next_name(kind),
+                    kind=kind,
+                    cfg=cfg,
+                    capture_s=capture,
+                    recompile=recompile,
+                )
+
+            if not cached:
+                return compile_now()
+            if kind == "backward":  # compiled at its first call (aot_cache.defer)
+                return aot_cache.defer(fx_gm, kind, cfg, compile_now)
+            return aot_cache.wrap(compile_now(), fx_gm, kind, cfg)
 
         compile_one.__name__ = f"neuron_{kind}_compiler"
         return compile_one

@@ -36,6 +36,8 @@ def _fresh_dynamo(tmp_path_factory, monkeypatch):
     import neuron_compile
 
     monkeypatch.setenv("NEURON_COMPILE_CACHE_DIR", str(tmp_path_factory.mktemp("nc-cache")))
+    # torch's caches too: the AOTAutogradCache entries of neuron_compile/aot_cache.py live there.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path_factory.mktemp("torch-cache")))
     torch._dynamo.reset()
     neuron_compile.reset_metrics()
     yield
