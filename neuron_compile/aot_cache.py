@@ -1,0 +1,395 @@
+"""Warm starts that skip AOTAutograd tracing: PyTorch's AOTAutogradCache carrying our graphs.
+
+Our disk cache makes a warm start skip lowering, verify and the XLA compile, but Dynamo's graph
+still goes through AOTAutograd (functionalization, joint tracing, partitioning): ~0.9 s of a
+TinyGPT first step. PyTorch's AOTAutogradCache (``torch/_functorch/_aot_autograd/
+autograd_cache.py``) skips that for any backend whose forward compiler is a
+``SerializableAOTDispatchCompiler`` returning ``OutputCode`` objects: on a hit it unpickles the
+runtime metadata and wrappers it saved, calls ``OutputCode.post_compile`` on the forward and the
+backward, and wraps them exactly as a traced compile would.
+
+``NeuronOutputCode`` is our ``OutputCode``. Its pickled form is small and holds no executable,
+no constant and no weight: the graph's FX index key (cache/fx_index.py), its graph key, its kind
+and node count, and for a forward/backward pair the saved-activation plan (saved.py). Loading
+reads the FX index entry from our disk cache and rebuilds the ``CompiledGraph`` through the same
+tiers as any warm start (``compiler._compile_region``). Whatever fails there (our disk cache
+emptied, an entry evicted, a changed plan) raises, and AOTAutogradCache then counts a bypass and
+traces as usual: a normal compile, which refills our cache.
+
+The entry's key is AOTAutograd's own (Dynamo graph, input metadata, torch/functorch/Inductor
+configs, system) plus ``torch.compiler.config.cache_key_tag``, which we extend while our backend
+runs with a digest of the ``NeuronConfig`` and of the toolchain components of our cache keys
+(schema, this package's sources, jaxlib/torch versions, target): entries never collide with
+Inductor's (whose tag lacks it) nor between two of our configs.
+
+AOTAutogradCache saves the entry right after the backward compiler returns, and stores our
+``OutputCode`` itself only when ``bundled_autograd_cache`` is on at that moment; a lazily
+lowered backward compiles at the first ``backward()``, outside our scope. So inside ``frame``
+AOTAutograd lowers the backward eagerly (``force_non_lazy_backward_lowering``, as PyTorch's own
+serializable compiles do), and our backward compiler only records the graph and its FX index key
+(``defer``): the real compile still happens at the first backward.
+
+Only graphs that can be rebuilt from our cache are stored: CPU target (trn targets run legality
+checks on the FX graph and build NEFFs), no ``dump_dir``, fully supported (no CPU-fallback
+regions, which run the FX graph), no graph constants, an FX index entry on disk. Any other graph
+of the pair makes AOTAutogradCache bypass the save (``BypassAOTAutogradCache``), never fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch._inductor.output_code import OutputCode
+
+from .config import NeuronConfig
+from .saved import META_KEY, SavedLink
+
+log = logging.getLogger(__name__)
+
+PAIR_KEY = "neuron_aot_pair"
+#: Bumped when NeuronOutputCode's pickled form changes (part of the cache key tag).
+FORMAT_VERSION = 1
+#: Config fields that only name or dump graphs (``dump_dir`` turns the cache off).
+_KEY_EXCLUDED = ("model_name", "dump_dir", "extra")
+
+
+class AotCacheMiss(RuntimeError):
+    """An AOTAutograd cache entry whose graphs cannot be rebuilt here; AOTAutograd traces."""
+
+
+@dataclass
+class AotPair:
+    """Shared by the forward and backward graph of one partition (``gm.meta[PAIR_KEY]``) and,
+    pickled once, by their two ``NeuronOutputCode``s in the cache entry."""
+
+    num_fwd_outputs: int
+    #: Saved indices the forward kept resident when it compiled (SavedLink.resident).
+    resident: tuple[int, ...] = ()
+    #: FX index keys of both graphs, so loading the forward checks the backward's entry too.
+    fx_keys: list[str] = field(default_factory=list)
+
+    def __deepcopy__(self, memo: dict) -> AotPair:
+        return self  # AOTAutograd deep-copies the backward graph (and its meta) before compiling
+
+
+def partition_with_pair(partition_fn: Any) -> Any:
+    """Wrap an AOTAutograd ``partition_fn`` to attach one ``AotPair`` to both graphs."""
+
+    def partition(joint: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **kw: Any):
+        fw, bw = partition_fn(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+        fw.meta[PAIR_KEY] = bw.meta[PAIR_KEY] = AotPair(num_fwd_outputs)
+        return fw, bw
+
+    return partition
+
+
+def cache_tag(cfg: NeuronConfig) -> str:
+    """Our part of ``torch.compiler.config.cache_key_tag``: backend, config and toolchain."""
+    from .cache.key import environment_components
+
+    options = {
+        f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in _KEY_EXCLUDED
+    }
+    payload = json.dumps(
+        {
+            "backend": "neuron_compile",
+            "format": FORMAT_VERSION,
+            "options": options,
+            **environment_components(cfg.artifact, target=cfg.target, lnc=str(cfg.lnc)),
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return "neuron_compile-" + hashlib.sha256(payload.encode()).hexdigest()[:32]
+
+
+def enabled(cfg: NeuronConfig) -> bool:
+    """Whether this config's graphs go through AOTAutogradCache (see the module docstring)."""
+    from torch._functorch._aot_autograd.autograd_cache import should_use_local_autograd_cache
+
+    from .cache.tiers import disk_cache
+    from .targets import get_target
+
+    return (
+        cfg.aot_cache
+        and not cfg.dump_dir
+        and not get_target(cfg.target).is_neuron
+        and should_use_local_autograd_cache()
+        and disk_cache() is not None
+    )
+
+
+@dataclass
+class _Frame:
+    """What loading needs from the ``compile_frame`` call it happens in."""
+
+    cfg: NeuronConfig
+    next_name: Callable[[str], str]
+    start: float
+    recompile: bool
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def frame(
+    cfg: NeuronConfig, next_name: Callable[[str], str], start: float, recompile: bool
+) -> Iterator[None]:
+    """Around one AOTAutograd call with our compilers: tag the cache key with our config, make
+    AOTAutogradCache store our OutputCode itself (bundled), and tell ``post_compile`` how to
+    name and record what it loads."""
+    import torch._functorch.config as functorch_config
+
+    user_tag = torch.compiler.config.cache_key_tag
+    tag = cache_tag(cfg) + (f"|{user_tag}" if user_tag else "")
+    previous = getattr(_local, "frame", None)
+    _local.frame = _Frame(cfg, next_name, start, recompile)
+    try:
+        with (
+            torch.compiler.config.patch(cache_key_tag=tag),
+            # The entry is saved right after the backward "compiles", with the config of that
+            # moment: have AOTAutograd call our backward compiler now, inside this scope. It
+            # only records the graph (``defer``); the real compile stays at the first backward.
+            functorch_config.patch(
+                bundled_autograd_cache=True, force_non_lazy_backward_lowering=True
+            ),
+        ):
+            yield
+    finally:
+        _local.frame = previous
+
+
+class NeuronOutputCode(OutputCode):
+    """A compiled graph as AOTAutograd's cache sees it: the runner, plus how to find it again."""
+
+    def __init__(
+        self,
+        runner: Any,
+        kind: str,
+        pair: AotPair | None,
+        reason: str | None,
+        *,
+        fx_key: str | None = None,
+        node_count: int = 0,
+        pending: Callable[[], Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self._boxed_call = True
+        self._fx_graph_cache_key = None  # not in Inductor's FX graph cache
+        self._fx_graph_cache_debug_lines = None
+        record = getattr(runner, "record", None)
+        self._time_taken_ns = int(1e9 * getattr(record, "backend_s", 0.0))
+        self.runner = runner
+        self.pending = pending  # the deferred compile of a backward graph
+        self.kind = kind
+        self.pair = pair
+        self.reason = reason  # why this graph cannot be stored, or None
+        self.fx_key: str | None = getattr(runner, "fx_key", fx_key)
+        #: The graph key, checked against the FX index entry at load (None: deferred backward).
+        self.graph_key: str | None = getattr(record, "cache_key", None)
+        self.node_count: int = getattr(record, "node_count", node_count)
+
+    def __call__(self, args: list[Any]) -> Any:
+        if self.runner is None:  # a deferred backward's first call
+            self._compile_now()
+        return self.runner(args)
+
+    def _compile_now(self) -> None:
+        pending, self.pending = self.pending, None
+        if pending is None:
+            raise AotCacheMiss(f"{self.kind} graph was never compiled nor loaded")
+        self.runner = pending()
+        if getattr(self.runner, "fx_key", None) != self.fx_key and self.reason is None:
+            log.warning(  # the stored entry then misses our cache at load and traces again
+                "%s graph: FX index key changed between AOTAutograd's save and the compile",
+                self.kind,
+            )
+
+    # Pickling: AOTAutogradCache pickles a shallow copy after prepare_for_serialization().
+    def prepare_for_serialization(self) -> None:
+        if self.reason is not None:
+            from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+
+            raise BypassAOTAutogradCache(f"neuron_compile: {self.reason}")
+        self.runner = self.pending = None
+
+    def __getstate__(self) -> dict[str, Any]:  # never the runner: copy() and pickle use this
+        return {
+            "reason": self.reason,
+            "kind": self.kind,
+            "pair": self.pair,
+            "fx_key": self.fx_key,
+            "graph_key": self.graph_key,
+            "node_count": self.node_count,
+            "time_taken_ns": self._time_taken_ns,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init_loaded(**state)
+
+    def __init_loaded(
+        self,
+        reason: str | None,
+        kind: str,
+        pair: AotPair | None,
+        fx_key: str,
+        graph_key: str | None,
+        node_count: int,
+        time_taken_ns: int,
+    ) -> None:
+        self._boxed_call = True
+        self._fx_graph_cache_key = None
+        self._fx_graph_cache_debug_lines = None
+        self._time_taken_ns = time_taken_ns
+        self.runner = self.pending = None
+        self.kind, self.pair, self.reason = kind, pair, reason
+        self.fx_key, self.graph_key, self.node_count = fx_key, graph_key, node_count
+
+    def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
+        """A cache hit: rebuild the runner from our disk cache (raises ``AotCacheMiss``)."""
+        if self.runner is not None or self.pending is not None:
+            return
+        if self.reason is not None:  # never stored; defensive
+            raise AotCacheMiss(self.reason)
+        self.runner = _load(self)
+
+    def set_triton_bundle(self, triton_bundle: Any) -> None:
+        pass
+
+
+def wrap(runner: Any, gm: fx.GraphModule, kind: str, cfg: NeuronConfig) -> NeuronOutputCode:
+    """Our compiler's result for ``gm`` as an ``OutputCode`` (every graph must be one while the
+    forward compiler is serializable), marked uncacheable with the reason when it is."""
+    from .compiler import CompiledGraph
+
+    if kind == "forward":
+        _declare_no_donated_buffers()
+    pair = gm.meta.get(PAIR_KEY)
+    reason = None
+    if not isinstance(runner, CompiledGraph):
+        reason = "graph has CPU-fallback regions"
+    elif runner.fx_key is None:
+        reason = "graph has no FX index key"
+    elif any(s.attr for s in runner.lowered.inputs):
+        reason = "graph has constants"
+    else:
+        from .cache.tiers import disk_cache
+
+        disk = disk_cache()
+        if disk is None or disk.get(runner.fx_key, count=False) is None:
+            reason = "graph's FX index entry is not on disk"
+    if pair is not None:
+        if reason is None:
+            pair.fx_keys.append(runner.fx_key)
+        if kind == "forward":
+            link: SavedLink | None = gm.meta.get(META_KEY)
+            pair.resident = tuple(link.resident) if link is not None else ()
+    return NeuronOutputCode(runner, kind, pair, reason)
+
+
+def _declare_no_donated_buffers() -> None:
+    """Tell AOTAutograd that our backward reuses no saved tensor's buffer (it never does).
+
+    AOTAutograd lists "donated" saved tensors in ``fw_metadata.bw_donated_idxs`` for the
+    backward compiler to reuse (Inductor reads it from ``TracingContext.fw_metadata``, where we
+    write). A lazily lowered backward clears the list when its first call retains the graph; an
+    eagerly lowered one (``frame``) cannot, so with a non-empty list ``backward(retain_graph=
+    True)`` raises (torch/_functorch/_aot_autograd/runtime_wrappers.py, ``_backward_impl``). The
+    list is empty when the forward compiles, the backward and the cache entry are made after."""
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    if meta is not None and meta.bw_donated_idxs:
+        meta.bw_donated_idxs = []
+
+
+def defer(
+    gm: fx.GraphModule, kind: str, cfg: NeuronConfig, compile_now: Callable[[], Any]
+) -> NeuronOutputCode:
+    """A backward graph: AOTAutograd calls our compiler right after the forward so the entry can
+    be saved, but the compile itself waits for the first backward, as without the cache (so a
+    forward-only run compiles nothing more, and metrics and errors come when they used to).
+    The entry refers to the graph by its FX index key, computed now; the graph's own checks
+    (``wrap``) are made conservatively on the unpassed graph."""
+    from .cache.fx_index import index_key
+    from .partition import is_fully_supported
+
+    pair = gm.meta.get(PAIR_KEY)
+    fx_key = index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
+    reason = None
+    if fx_key is None:
+        reason = "graph has no FX index key"
+    elif any(n.op == "get_attr" for n in gm.graph.nodes):
+        reason = "graph has constants"
+    elif not is_fully_supported(gm):
+        reason = "graph has CPU-fallback regions"
+    if pair is not None and reason is None:
+        pair.fx_keys.append(fx_key)
+    node_count = len(gm.graph.nodes)
+    return NeuronOutputCode(
+        None, kind, pair, reason, fx_key=fx_key, node_count=node_count, pending=compile_now
+    )
+
+
+def _load(code: NeuronOutputCode) -> Any:
+    from .cache.fx_index import INDEX_FILE, load_index
+    from .cache.tiers import disk_cache
+    from .compiler import _compile_region, _warn_downcasts
+    from .metrics import GraphRecord, add_record
+
+    ctx: _Frame | None = getattr(_local, "frame", None)
+    if ctx is None:
+        raise AotCacheMiss("loaded outside neuron_compile's backend")
+    disk = disk_cache()
+    if disk is None:
+        raise AotCacheMiss("the neuron_compile disk cache is off")
+    t0 = time.perf_counter()
+    keys = code.pair.fx_keys if code.pair is not None and code.kind == "forward" else []
+    for key in {code.fx_key, *keys}:  # the forward checks the backward's entry before loading
+        if disk.get(key, count=False) is None:
+            log.info("AOTAutograd cache entry refers to a graph not in our disk cache; tracing")
+            raise AotCacheMiss(f"FX index entry {key} not in the disk cache")
+    entry = disk.get(code.fx_key, count=False)
+    try:
+        graph_key, lowered = load_index(entry.read(INDEX_FILE))
+    except (ValueError, KeyError, TypeError, OSError) as e:
+        raise AotCacheMiss(f"unreadable FX index entry {code.fx_key}: {e}") from e
+    stale = code.graph_key is not None and graph_key.digest() != code.graph_key
+    if stale or any(s.attr for s in lowered.inputs):
+        raise AotCacheMiss(f"FX index entry {code.fx_key} no longer matches")
+    name = ctx.next_name(code.kind)
+    record = GraphRecord(
+        name=name,
+        kind=code.kind,
+        node_count=code.node_count,
+        # The backward's capture is in the forward's record, as in compile_frame.
+        capture_s=0.0 if code.kind == "backward" else t0 - ctx.start,
+        recompile=ctx.recompile,
+    )
+    runner = _compile_region(None, name, code.kind, ctx.cfg, record, indexed=(graph_key, lowered))
+    runner.count_calls = True
+    runner.fx_key = code.fx_key
+    if code.pair is not None:  # re-establish the saved-activation link of saved.py
+        if code.kind == "forward":
+            link = SavedLink(code.pair.num_fwd_outputs)
+            runner.keep_saved_resident(link)
+            if tuple(link.resident) != tuple(code.pair.resident):
+                raise AotCacheMiss(f"graph {name}: saved-activation plan differs from the entry")
+        elif code.kind == "backward":
+            runner.read_saved_from(SavedLink(code.pair.num_fwd_outputs, code.pair.resident))
+    _warn_downcasts(name, record.downcasts, ctx.cfg)
+    record.backend_s = time.perf_counter() - t0
+    add_record(record)
+    log.debug("graph %s loaded through the AOTAutograd cache", name)
+    return runner
