@@ -19,7 +19,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import aot_cache, registration
+from . import registration
 from .capture import decomposition_table
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
@@ -84,6 +84,9 @@ def compile_frame(
     aot_id = next(_aot_ids)
     counters = dict.fromkeys(("forward", "backward", "inference"), 0)
     start = time.perf_counter()
+    # aot_cache imports torch._inductor (over a second): only when a frame is compiled.
+    from . import aot_cache
+
     cached = aot_cache.enabled(cfg)
 
     def next_name(kind: str) -> str:
