@@ -165,10 +165,32 @@ def frame(
             functorch_config.patch(
                 bundled_autograd_cache=True, force_non_lazy_backward_lowering=True
             ),
+            _without_inductor_backend_registration(),
         ):
             yield
     finally:
         _local.frame = previous
+
+
+@contextlib.contextmanager
+def _without_inductor_backend_registration() -> Iterator[None]:
+    """AOTAutogradCache's key (``FxGraphHashDetails``) first registers Inductor's device code
+    generators to hash their custom passes: an import of Inductor's codegen worth ~0.75 s, as
+    long as the AOTAutograd tracing the cache saves. None of it affects our graphs, so inside our
+    scope registration is skipped; the key still hashes whatever is already registered (the same
+    in every process that has not run Inductor), and Inductor registers for itself when it runs.
+    """
+    import torch._inductor.codecache as codecache
+
+    real = getattr(codecache, "init_backend_registration", None)
+    if real is None:  # another torch: nothing to skip
+        yield
+        return
+    codecache.init_backend_registration = lambda: None
+    try:
+        yield
+    finally:
+        codecache.init_backend_registration = real
 
 
 class NeuronOutputCode(OutputCode):
