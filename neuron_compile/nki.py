@@ -213,8 +213,12 @@ def _source_hash(kernel: Any) -> str:
     fn = getattr(kernel, "func", kernel)  # @nki.jit objects keep the function in .func
     try:
         return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
-    except (OSError, TypeError):
-        return "unknown"
+    except (OSError, TypeError):  # no source (exec, some REPLs): hash the code object instead
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            return f"object-{id(kernel)}"  # unknowable: never shared with another kernel
+        blob = code.co_code + repr(code.co_consts).encode() + repr(code.co_names).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
 
 
 # ---- the op ------------------------------------------------------------------------------------

@@ -70,8 +70,12 @@ def dot_general(
     m = [lhs.shape[d] for d in lhs_free]
     n = [rhs.shape[d] for d in rhs_free]
     k = [lhs.shape[d] for d in lhs_contract]
-    a = lhs.permute(*lhs_batch, *lhs_free, *lhs_contract).reshape(-1, math.prod(m), math.prod(k))
-    b = rhs.permute(*rhs_batch, *rhs_contract, *rhs_free).reshape(-1, math.prod(k), math.prod(n))
+    a = lhs.permute(*lhs_batch, *lhs_free, *lhs_contract).reshape(
+        math.prod(batch), math.prod(m), math.prod(k)
+    )
+    b = rhs.permute(*rhs_batch, *rhs_contract, *rhs_free).reshape(
+        math.prod(batch), math.prod(k), math.prod(n)
+    )
     out = torch.mm(a[0], b[0]).unsqueeze(0) if not batch else torch.bmm(a, b)
     return out.reshape(*batch, *m, *n).contiguous()
 

@@ -3,7 +3,8 @@
 Requires: ``meta["val"]`` on the nodes to fold (their size decides whether they are folded).
 Guarantees: a node is folded only if it is a pure op (``effects.is_impure`` is False, not random,
 no ``empty``-style op whose values are unspecified) whose every input is constant (a literal, a
-``get_attr`` tensor the graph never writes to, or another foldable node), so no placeholder is
+``get_attr`` tensor small enough to be inlined — whose values the FX index key covers — that the
+graph never writes to, or another foldable node), so no placeholder is
 reachable from it; and only if its result has at most ``MAX_FOLDED_ELEMENTS`` elements. Each
 folded result that something else still reads becomes a ``get_attr`` of a new buffer ``_folded_constant_<n>`` on the module,
 which the lowering inlines as a ``stablehlo.constant`` (the same limit): no new ``@main``
@@ -22,7 +23,7 @@ import torch.fx as fx
 from torch._ops import OpOverload
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..lowering.lower_graph import INLINE_CONSTANT_MAX_ELEMENTS
+from ..lowering.lower_graph import INLINE_CONSTANT_MAX_ELEMENTS, is_inline_constant
 from .effects import is_impure, is_random, mutated_roots, op_name
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,10 @@ def _constant_nodes(gm: fx.GraphModule) -> dict[fx.Node, torch.Tensor]:
         for node in gm.graph.nodes:
             if node.op == "get_attr":
                 attr = getattr(gm, node.target, None)
-                if isinstance(attr, torch.Tensor) and node not in written:
+                # Only small constants: their values are part of the FX index key
+                # (cache/fx_index.py), so a folded result baked into the module can never be
+                # served for a graph whose big constant holds other values.
+                if is_inline_constant(attr) and node not in written:
                     values[node] = attr
                 continue
             # Cheap test first: almost every node depends on a graph input.

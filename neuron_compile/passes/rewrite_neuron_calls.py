@@ -5,7 +5,8 @@ trn targets only (``NEURON_PIPELINE``). The ops in ``neuron_compile/ops/fused.py
 
 Requires: ``meta["val"]`` (fake tensors) on every node of a candidate match.
 Guarantees: each rewritten match computes the same math as before (the ops' references are the
-decompositions matched here); the new node takes over the matched output's ``meta["val"]`` and
+decompositions matched here; in bfloat16/float16 a hand-written GELU rounded after every op and
+the kernel's single rounding can differ by a few ulps, as the device kernel would); the new node takes over the matched output's ``meta["val"]`` and
 ``stack_trace``; interior nodes are erased. A match is rewritten only when
 
 - no interior node (every matched node except the output) has a user outside the match: otherwise

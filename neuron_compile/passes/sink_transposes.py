@@ -10,8 +10,7 @@ Guarantees: ``mm``/``bmm`` on floating-point operands where at least one operand
 (``permute``, ``transpose.int``, ``t``) that keeps the batch dim in place becomes
 ``neuron_compile.dot_general`` on the permutes' inputs, with the same result (shape, dtype and
 values: the op's result dims are batch, lhs free, rhs free, which is ``mm``/``bmm``'s order).
-The new node's ``meta["val"]`` comes from running the op's fake implementation under the
-graph's fake mode. A permute left without users is erased; one that other nodes still read stays
+The new node takes over the matmul's ``meta`` (its value is the same tensor by construction). A permute left without users is erased; one that other nodes still read stays
 (the rewrite then removes no op but adds none either, and the matmul no longer waits on the
 transpose). Runs late: it introduces a custom op that other passes do not know.
 """

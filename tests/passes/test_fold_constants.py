@@ -177,3 +177,24 @@ def test_big_get_attr_stays_an_argument():
     lowered = lower_graph(gm)
     assert [s.attr for s in lowered.inputs] == [None, "big"]
     assert "stablehlo.constant" not in lowered.text
+
+
+def test_big_graph_constant_is_never_folded_into_the_module():
+    # Its values are not in the FX index key (only inline-sized constants are): folding
+    # sum(k) into a literal would let a graph whose k holds other values hit this module.
+    def graphs(fill):
+        return build(
+            1,
+            lambda g, x: g.call_function(
+                aten.add.Tensor, (x, g.call_function(aten.sum.default, (g.get_attr("k"),)))
+            ),
+            buffers={"k": torch.full((4096,), fill)},
+        )
+
+    ones, twos = graphs(1.0), graphs(2.0)
+    for gm in (ones, twos):
+        for n in gm.graph.nodes:
+            if n.op != "output":
+                n.meta["val"] = torch.empty(()) if n.target is aten.sum.default else None
+    assert index_key(ones, "portable", {}) == index_key(twos, "portable", {})
+    assert fold_constants(ones) is False and fold_constants(twos) is False

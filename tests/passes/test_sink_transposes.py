@@ -197,3 +197,12 @@ def test_torch_compile_numerics_unchanged():
     torch.testing.assert_close(x.grad, x2.grad)
     torch.testing.assert_close(w.grad, w2.grad)
     assert neuron_compile.get_fallback_ops() == {}  # dot_general ran through its lowering
+
+
+def test_dot_general_on_empty_operands_matches_mm():
+    dot = torch.ops.neuron_compile.dot_general
+    for m, k, n in [(0, 3, 4), (2, 0, 4), (2, 3, 0)]:
+        a, b = torch.randn(m, k), torch.randn(n, k)
+        torch.testing.assert_close(dot(a, b, [1], [1], [], []), a @ b.t())
+    a, b = torch.randn(2, 0, 3), torch.randn(2, 4, 3)
+    torch.testing.assert_close(dot(a, b, [2], [2], [0], [0]), torch.bmm(a, b.transpose(1, 2)))
