@@ -320,15 +320,24 @@ def _rms_norm(node: fx.Node) -> _Match | None:
     return _Match(nc.rms_norm.default, (x, weight, eps), interior)
 
 
-#: Tried in order on every node, outputs first (``rewrite_neuron_calls`` walks the graph
-#: backwards, so a weighted RMSNorm is seen before its unweighted inner product).
-_PATTERNS: tuple[Callable[[fx.Node], _Match | None], ...] = (
-    _single_node,
-    _silu,
-    _gelu_erf,
-    _gelu_tanh,
-    _rms_norm,
+Pattern = Callable[[fx.Node], "_Match | None"]
+
+#: The patterns that can match at a node, by the node's target, tried in order (outputs first:
+#: ``rewrite_neuron_calls`` walks the graph backwards, so a weighted RMSNorm is seen before its
+#: unweighted inner product). Every other node is skipped with one dict lookup.
+_SINGLE_NODE_TARGETS = (
+    aten._softmax.default,
+    aten._softmax_backward_data.default,
+    aten.gelu.default,
+    aten.gelu_backward.default,
+    aten.silu.default,
+    aten.silu_backward.default,
 )
+_PATTERNS_AT: dict[Any, tuple[Pattern, ...]] = {
+    **dict.fromkeys(_SINGLE_NODE_TARGETS, (_single_node,)),
+    **dict.fromkeys(_MUL, (_silu, _gelu_erf, _gelu_tanh, _rms_norm)),
+    **dict.fromkeys(_DIV, (_gelu_erf, _gelu_tanh)),
+}
 
 
 # ---- legality and rewriting -------------------------------------------------------------------
@@ -385,7 +394,7 @@ def rewrite_neuron_calls(gm: fx.GraphModule) -> bool:
     for node in reversed(list(graph.nodes)):
         if node in erased or node.op != "call_function" or "val" not in node.meta:
             continue
-        for pattern in _PATTERNS:
+        for pattern in _PATTERNS_AT.get(node.target, ()):
             match = pattern(node)
             if match is None:
                 continue
