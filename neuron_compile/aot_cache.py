@@ -53,7 +53,7 @@ import torch.fx as fx
 from torch._inductor.output_code import OutputCode
 
 from .config import NeuronConfig
-from .saved import META_KEY, SavedLink
+from .saved import META_KEY, SavedLink, partition_attaching
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +85,7 @@ class AotPair:
 
 def partition_with_pair(partition_fn: Any) -> Any:
     """Wrap an AOTAutograd ``partition_fn`` to attach one ``AotPair`` to both graphs."""
-
-    def partition(joint: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **kw: Any):
-        fw, bw = partition_fn(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
-        fw.meta[PAIR_KEY] = bw.meta[PAIR_KEY] = AotPair(num_fwd_outputs)
-        return fw, bw
-
-    return partition
+    return partition_attaching(partition_fn, PAIR_KEY, AotPair)
 
 
 def cache_tag(cfg: NeuronConfig) -> str:

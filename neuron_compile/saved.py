@@ -37,15 +37,21 @@ class SavedLink:
     resident: tuple[int, ...] = field(default=())
 
 
-def partition_with_link(partition_fn: Any) -> Any:
-    """Wrap an AOTAutograd ``partition_fn`` to attach one ``SavedLink`` to both graphs."""
+def partition_attaching(partition_fn: Any, key: str, make: Any) -> Any:
+    """Wrap an AOTAutograd ``partition_fn`` to attach one ``make(num_fwd_outputs)`` object to both
+    graphs' ``meta[key]``: what the forward's compiler learns, the backward's compiler reads."""
 
     def partition(joint: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **kw: Any):
         fw, bw = partition_fn(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
-        fw.meta[META_KEY] = bw.meta[META_KEY] = SavedLink(num_fwd_outputs)
+        fw.meta[key] = bw.meta[key] = make(num_fwd_outputs)
         return fw, bw
 
     return partition
+
+
+def partition_with_link(partition_fn: Any) -> Any:
+    """Wrap an AOTAutograd ``partition_fn`` to attach one ``SavedLink`` to both graphs."""
+    return partition_attaching(partition_fn, META_KEY, SavedLink)
 
 
 _top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
