@@ -10,9 +10,12 @@ Guarantees: ``mm``/``bmm`` on floating-point operands where at least one operand
 (``permute``, ``transpose.int``, ``t``) that keeps the batch dim in place becomes
 ``neuron_compile.dot_general`` on the permutes' inputs, with the same result (shape, dtype and
 values: the op's result dims are batch, lhs free, rhs free, which is ``mm``/``bmm``'s order).
-The new node takes over the matmul's ``meta`` (its value is the same tensor by construction). A permute left without users is erased; one that other nodes still read stays
-(the rewrite then removes no op but adds none either, and the matmul no longer waits on the
-transpose). Runs late: it introduces a custom op that other passes do not know.
+A linear layer's ``addmm(bias, x, t(w))`` (``beta == alpha == 1``) becomes
+``add(dot_general(x, w), bias)`` when the transpose dies with it. New nodes take over the
+matmul's ``meta`` (their values are the same tensors by construction). A permute left without
+users is erased; one that other nodes still read stays (the ``mm``/``bmm`` rewrite then removes
+no op but adds none either, and the matmul no longer waits on the transpose). Runs late: it
+introduces a custom op that other passes do not know.
 """
 
 from __future__ import annotations
@@ -69,16 +72,41 @@ def _operand(
     return node, [contract_at], [0] if batched else [], False
 
 
+def _addmm_parts(node: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node] | None:
+    """``(bias, a, b)`` of ``addmm(bias, a, b)`` with ``beta == alpha == 1`` (``bias + a @ b``)."""
+    if len(node.args) != 3 or any(node.kwargs.get(k, 1) != 1 for k in ("beta", "alpha")):
+        return None
+    bias, a, b = node.args
+    if not all(isinstance(x, fx.Node) for x in (bias, a, b)):
+        return None
+    return bias, a, b
+
+
+def _dies_with(node: fx.Node, user: fx.Node) -> bool:
+    return _perm(node) is not None and set(node.users) == {user}
+
+
 def sink_transposes(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     sunk = erased = 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in (aten.mm.default, aten.bmm.default):
+        bias = None
+        if node.op == "call_function" and node.target is aten.addmm.default:
+            # A linear layer's forward: addmm(bias, x, t(w)). Split into dot_general + add only
+            # when a transpose dies with it; otherwise the split would buy nothing.
+            parts = _addmm_parts(node)
+            if parts is None or not (_dies_with(parts[1], node) or _dies_with(parts[2], node)):
+                continue
+            bias, a, b = parts
+        elif node.op != "call_function" or node.target not in (aten.mm.default, aten.bmm.default):
             continue
+        elif len(node.args) != 2:
+            continue
+        else:
+            a, b = node.args
         val = node.meta.get("val")
-        if len(node.args) != 2 or not isinstance(val, torch.Tensor) or val.dtype not in _FLOATS:
+        if not isinstance(val, torch.Tensor) or val.dtype not in _FLOATS:
             continue
-        a, b = node.args
         if not isinstance(a, fx.Node) or not isinstance(b, fx.Node):
             continue
         batched = node.target is aten.bmm.default
@@ -92,6 +120,10 @@ def sink_transposes(gm: fx.GraphModule) -> bool:
         # Same value as the matmul it replaces, so it keeps the matmul's fake value (running the
         # op's fake implementation instead costs ~1 ms per node).
         new.meta = dict(node.meta)
+        if bias is not None:  # bias + a @ b, with the addmm's value (same shape and dtype)
+            with graph.inserting_after(new):
+                new = graph.call_function(aten.add.Tensor, (new, bias))
+            new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
         graph.erase_node(node)
         sunk += 1

@@ -206,3 +206,34 @@ def test_dot_general_on_empty_operands_matches_mm():
         torch.testing.assert_close(dot(a, b, [1], [1], [], []), a @ b.t())
     a, b = torch.randn(2, 0, 3), torch.randn(2, 4, 3)
     torch.testing.assert_close(dot(a, b, [2], [2], [0], [0]), torch.bmm(a, b.transpose(1, 2)))
+
+
+def _linear(x, w, b):
+    return torch.nn.functional.linear(x, w, b)
+
+
+def test_inference_linear_addmm_loses_its_transpose():
+    x, w, b = torch.randn(4, 8), torch.randn(16, 8), torch.randn(16)
+    gm = trace_aten(_linear, x, w, b)
+    assert count(gm, aten.addmm.default) == 1
+    assert sink_transposes(gm) is True
+    assert targets(gm) == [torch.ops.neuron_compile.dot_general.default, aten.add.Tensor]
+    gm.recompile()
+    torch.testing.assert_close(gm(x, w, b), _linear(x, w, b))
+    assert "stablehlo.transpose" not in lower_graph(gm).text
+    assert sink_transposes(gm) is False
+    torch.testing.assert_close(run_lowered(_linear, x, w, b)[0], _linear(x, w, b))
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, w, b: torch.addmm(b, x, w.t(), beta=0.5),  # not bias + a @ b
+        lambda x, w, b: (torch.addmm(b, x, t := w.t()), t * 2),  # the transpose stays alive
+    ],
+)
+def test_addmm_that_would_not_lose_a_transpose_stays(fn):
+    gm = trace_aten(fn, torch.randn(4, 8), torch.randn(16, 8), torch.randn(16))
+    before = targets(gm)
+    assert sink_transposes(gm) is False
+    assert targets(gm) == before
