@@ -100,7 +100,7 @@ def compile_frame(
             # time is already in the forward's record.
             capture = 0.0 if kind == "backward" else time.perf_counter() - start
 
-            def compile_now() -> Any:
+            def compile_now(fx_key: str | None = None) -> Any:
                 return compile_graph(
                     fx_gm,
                     inputs,
@@ -109,6 +109,7 @@ def compile_frame(
                     cfg=cfg,
                     capture_s=capture,
                     recompile=recompile,
+                    fx_key=fx_key,
                 )
 
             if not cached:

@@ -254,6 +254,7 @@ def compile_graph(
     cfg: NeuronConfig,
     capture_s: float = 0.0,
     recompile: bool = False,
+    fx_key: str | None = None,
 ) -> CompiledGraph | FallbackRunner:
     """Compile ``gm`` (an AOTAutograd forward/backward/inference graph) for the CPU executor.
 
@@ -272,7 +273,9 @@ def compile_graph(
         recompile=recompile,
     )
     t0 = time.perf_counter()
-    fx_key, indexed = _index_lookup(gm, cfg, name)  # a warm start skips passes and lowering
+    # A warm start skips passes and lowering. ``fx_key``: the graph's FX index key when the
+    # caller already computed it (aot_cache.defer), so it is not hashed twice.
+    fx_key, indexed = _index_lookup(gm, cfg, name, fx_key)
     if indexed is None:
         dump_to = Path(cfg.dump_dir) / name / "passes" if cfg.dump_dir else None
         # No recompile: lowering reads the graph; the rare paths that run or print gm do it.
@@ -443,7 +446,7 @@ def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:
 
 
 def _index_lookup(
-    gm: fx.GraphModule, cfg: NeuronConfig, name: str
+    gm: fx.GraphModule, cfg: NeuronConfig, name: str, known_key: str | None = None
 ) -> tuple[str | None, tuple[CacheKey, LoweredGraph] | None]:
     """``(FX index key, (graph key, lowered specs) on a hit)`` for a graph as AOTAutograd
     handed it over (before passes). CPU target only: trn targets run legality checks on the
@@ -453,7 +456,7 @@ def _index_lookup(
     disk = disk_cache()
     if disk is None or cfg.dump_dir or get_target(cfg.target).is_neuron:
         return None, None
-    fx_key = index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
+    fx_key = known_key or index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
     entry = disk.get(fx_key, count=False) if fx_key is not None else None
     if entry is None:
         return fx_key, None

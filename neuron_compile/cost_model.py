@@ -78,16 +78,21 @@ class NodeCost:
     bound: str  # "compute" | "memory" | "free"
 
 
-def _tensors(value: object) -> list[torch.Tensor]:
+def tensors_in(value: object) -> list[torch.Tensor]:
+    """The tensors in a node's ``meta["val"]`` (a tensor, or nested lists/tuples of them)."""
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
+        return [t for v in value for t in tensors_in(v)]
     return []
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+def nbytes(t: torch.Tensor) -> int:
+    """Bytes of ``t``; a symbolic dim counts as 1 (legality checks see unspecialized graphs)."""
+    numel = 1
+    for d in t.shape:
+        numel *= int(d) if isinstance(d, int) else 1
+    return numel * t.element_size()
 
 
 def matmul_flops(node: fx.Node) -> float:
@@ -113,11 +118,11 @@ def node_cost(node: fx.Node, target: Target, lnc: int = 1) -> NodeCost | None:
     """The roofline cost of one ``call_function`` node (None for other node kinds)."""
     if node.op != "call_function":
         return None
-    outs = _tensors(node.meta.get("val"))
+    outs = tensors_in(node.meta.get("val"))
     if node.target in _FREE or not outs:
         return NodeCost(node.name, 0.0, 0.0, 0.0, "free")
-    ins = [t for a in node.all_input_nodes for t in _tensors(a.meta.get("val"))]
-    moved = float(sum(_nbytes(t) for t in ins + outs))
+    ins = [t for a in node.all_input_nodes for t in tensors_in(a.meta.get("val"))]
+    moved = float(sum(nbytes(t) for t in ins + outs))
     memory_s = moved / (target.hbm_bandwidth * lnc)
     out = outs[0]
     if node.target in _MATMULS:

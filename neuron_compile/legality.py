@@ -24,6 +24,7 @@ import torch
 import torch.fx as fx
 
 from . import errors
+from .cost_model import nbytes, tensors_in
 from .lowering.lower_graph import LoweredGraph
 from .targets import Target
 
@@ -75,14 +76,6 @@ class Context:
 Rule = Callable[[fx.GraphModule, LoweredGraph, Context], Iterator[Violation]]
 
 
-def _tensors(val: object) -> list[torch.Tensor]:
-    if isinstance(val, torch.Tensor):
-        return [val]
-    if isinstance(val, (list, tuple)):
-        return [t for v in val for t in _tensors(v)]
-    return []
-
-
 def _nodes(gm: fx.GraphModule, ops: tuple[str, ...] = ("placeholder", "call_function", "get_attr")):
     return (n for n in gm.graph.nodes if n.op in ops)
 
@@ -96,13 +89,6 @@ def _min_max(const: torch.Tensor) -> tuple[int, int]:
         return int(const.min()), int(const.max())
 
 
-def _nbytes(t: torch.Tensor) -> int:
-    numel = 1
-    for d in t.shape:
-        numel *= int(d) if isinstance(d, int) else 1
-    return numel * t.element_size()
-
-
 # -- rules ------------------------------------------------------------------------------------
 
 
@@ -111,7 +97,7 @@ def check_static_shapes(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context)
     for node in _nodes(gm):
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt) or any(
-            not isinstance(d, int) for t in _tensors(val) for d in t.shape
+            not isinstance(d, int) for t in tensors_in(val) for d in t.shape
         ):
             yield Violation(
                 "static_shapes",
@@ -123,7 +109,7 @@ def check_static_shapes(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context)
 
 
 def _shape(val: object) -> str:
-    ts = _tensors(val)
+    ts = tensors_in(val)
     return str(list(ts[0].shape)) if ts else repr(val)
 
 
@@ -161,7 +147,7 @@ def check_dtypes(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     (EVRF051), float4 / e8m0 and anything else (ESPP004)."""
     seen: set[torch.dtype] = set()
     for node in _nodes(gm):
-        for t in _tensors(node.meta.get("val")):
+        for t in tensors_in(node.meta.get("val")):
             if t.dtype in seen:
                 continue
             bad = _dtype_violation(t.dtype, ctx)
@@ -219,7 +205,7 @@ def check_int64(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     if native:
         return
     for node in _nodes(gm, ("call_function", "get_attr")):
-        ts = _tensors(node.meta.get("val"))
+        ts = tensors_in(node.meta.get("val"))
         if not ts or ts[0].dtype not in (torch.int64, torch.uint64):
             continue
         values: list[int] = []
@@ -270,7 +256,7 @@ def check_integer_datapath(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Conte
     neuronx-cc computes them in f32 (lossy above 2**24) or rejects them under
     ``--implicit-integer-downcast=none`` (the announced future default)."""
     for node in _nodes(gm, ("call_function",)):
-        ts = _tensors(node.meta.get("val"))
+        ts = tensors_in(node.meta.get("val"))
         if not ts or not _is_int(ts[0]):
             continue
         accumulate = node.target in (aten.index_put.default, aten._unsafe_index_put.default) and (
@@ -427,7 +413,7 @@ def estimate_hbm_bytes(gm: fx.GraphModule) -> tuple[int, fx.Node | None]:
     for n, user in last_use.items():
         dying.setdefault(user, []).append(n)
     for node in gm.graph.nodes:
-        size = sum(_nbytes(t) for t in _tensors(node.meta.get("val")))
+        size = sum(nbytes(t) for t in tensors_in(node.meta.get("val")))
         if node.op in ("placeholder", "get_attr"):
             resident += size
             continue
@@ -467,7 +453,7 @@ def estimate_instructions(gm: fx.GraphModule, target: Target) -> int:
     per_tile = tiles.partition_max * tiles.gemm_moving_free_max
     total = 0
     for node in _nodes(gm, ("call_function",)):
-        ts = _tensors(node.meta.get("val"))
+        ts = tensors_in(node.meta.get("val"))
         if not ts:
             continue
         out = ts[0]

@@ -19,10 +19,16 @@ log = logging.getLogger(__name__)
 aten = torch.ops.aten
 
 
-def _perm_of(node: fx.Node) -> list[int] | None:
-    """The permutation ``node`` applies to ``node.args[0]``, or None if it is not a transpose."""
+def permutation_of(node: fx.Node) -> list[int] | None:
+    """The permutation ``node`` applies to ``node.args[0]`` (``permute``, ``transpose.int``,
+    ``t``), or None if it is not a transpose."""
     if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
         return None
+    if node.target is aten.t.default:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return None
+        return [1, 0] if val.dim() == 2 else list(range(val.dim()))  # t of a 0-d/1-d: identity
     if node.target is aten.permute.default:
         dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dims")
         if not isinstance(dims, list | tuple) or not all(isinstance(d, int) for d in dims):
@@ -56,11 +62,11 @@ def fold_permutes(gm: fx.GraphModule) -> bool:
     folded = dropped = 0
     graph = gm.graph
     for node in list(graph.nodes):
-        perm = _perm_of(node)
+        perm = permutation_of(node)
         if perm is None:
             continue
         src = node.args[0]
-        inner = _perm_of(src)
+        inner = permutation_of(src)
         if inner is not None and len(inner) == len(perm):
             composed = [inner[i] for i in perm]
             with graph.inserting_before(node):

@@ -26,6 +26,7 @@ import torch
 import torch.fx as fx
 
 from ..ops import dot_general as _dot_general_op  # noqa: F401  (registers the op)
+from .fold_permutes import permutation_of
 
 log = logging.getLogger(__name__)
 
@@ -35,36 +36,13 @@ DOT_GENERAL = torch.ops.neuron_compile.dot_general.default
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
-def _perm(node: fx.Node) -> list[int] | None:
-    """The permutation ``node`` applies to its input, or None if it is not a transpose."""
-    if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
-        return None
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor):
-        return None
-    rank = val.dim()
-    if node.target is aten.t.default and rank == 2:
-        return [1, 0]
-    if node.target is aten.permute.default and len(node.args) == 2:
-        dims = node.args[1]
-        if isinstance(dims, list | tuple) and all(isinstance(d, int) for d in dims):
-            return [d % rank for d in dims]
-    if node.target is aten.transpose.int and len(node.args) == 3:
-        d0, d1 = node.args[1], node.args[2]
-        if isinstance(d0, int) and isinstance(d1, int):
-            perm = list(range(rank))
-            perm[d0 % rank], perm[d1 % rank] = perm[d1 % rank], perm[d0 % rank]
-            return perm
-    return None
-
-
 def _operand(
     node: fx.Node, batched: bool, contract_at: int
 ) -> tuple[fx.Node, list[int], list[int], bool]:
     """``(source, contract dims, batch dims, sunk)`` for one matmul operand: through a permute
     (sunk) if it has one that leaves the batch dim alone, else the operand as it is."""
     rank = 3 if batched else 2
-    perm = _perm(node)
+    perm = permutation_of(node)
     if perm is not None and len(perm) == rank and (not batched or perm[0] == 0):
         src = node.args[0]
         # Operand dim i is source dim perm[i].
@@ -83,7 +61,7 @@ def _addmm_parts(node: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node] | None:
 
 
 def _dies_with(node: fx.Node, user: fx.Node) -> bool:
-    return _perm(node) is not None and set(node.users) == {user}
+    return permutation_of(node) is not None and set(node.users) == {user}
 
 
 def sink_transposes(gm: fx.GraphModule) -> bool:
@@ -128,7 +106,7 @@ def sink_transposes(gm: fx.GraphModule) -> bool:
         graph.erase_node(node)
         sunk += 1
         for operand in {a, b}:
-            if _perm(operand) is not None and not operand.users:
+            if permutation_of(operand) is not None and not operand.users:
                 graph.erase_node(operand)
                 erased += 1
     log.debug("sink_transposes: rewrote %d matmuls, erased %d transposes", sunk, erased)
