@@ -75,6 +75,10 @@ class NkiFallbackWarning(UserWarning):
     """A kernel was not used on a trn target; neuronx-cc gets the reference decomposition."""
 
 
+class KernelSpecialisationError(LoweringError):
+    """The NKI toolchain could not specialise a kernel for a node's arguments."""
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """Shape and dtype of one kernel input, as the kernel is specialised on it."""
@@ -153,11 +157,18 @@ def _artifacts_dir(digest: str) -> Path:
 
 
 def _kernel_config(
-    kernel: Any, args: Mapping[str, TensorSpec | Any], *, target: str | None, lnc: int | None
+    kernel: Any,
+    args: Mapping[str, TensorSpec | Any],
+    *,
+    target: str | None,
+    lnc: int | None,
+    grid: tuple[Any, ...] | None = None,
 ) -> KernelConfig:
     """Specialise ``kernel`` on ``args`` with the NKI toolchain (beta-3 API) and return its
     ``backend_config``. Tensors are passed as empty NumPy arrays of the right shape and dtype,
-    everything else as the compile-time constant it is (trainium-nki.md §3.2).
+    everything else as the compile-time constant it is (trainium-nki.md §3.2). ``grid`` is an
+    SPMD launch grid: the kernel is specialised as ``kernel[grid]``, the launch syntax of NKI
+    kernels (``flash_fwd[b, h](...)``).
 
     The one place that talks to ``nki``. API as used by NKIPy (``nkipy/core/nki_op.py``
     ``_beta3_compile_and_get_config``); unverified here: this machine has no ``nki``.
@@ -182,6 +193,7 @@ def _kernel_config(
         "nki": version,
         "target": target,
         "lnc": lnc,
+        "grid": repr(grid),
     }
     digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()
     if digest in _CONFIGS:
@@ -193,7 +205,8 @@ def _kernel_config(
         artifacts_dir=str(out_dir),
         output_path=str(out_dir / "kernel.neff"),
     )
-    nir = compile_kernel_to_nir(kernel, inputs=inputs, compile_opts=opts, enable_cache=False)
+    launch = kernel if grid is None else kernel[grid]
+    nir = compile_kernel_to_nir(launch, inputs=inputs, compile_opts=opts, enable_cache=False)
     built = nir.build_config()
     config = KernelConfig(
         backend_config_b64=built.backend_config_b64,
@@ -392,16 +405,8 @@ def _register_lowering(name: str, op: Any, kernel: Any, reference: Callable[...,
     def rule(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
         if not ctx.emit.neuron_calls:  # XLA CPU (cpu target, or the stand-in of a trn graph)
             return lower_reference(ctx, reference, *args, **kwargs)
-        mod = load_nki()
-        if mod is None:
-            if name not in _WARNED:
-                _WARNED.add(name)
-                warnings.warn(
-                    f"kernel {name} not used: the nki package is not installed; neuronx-cc "
-                    "receives the reference decomposition",
-                    NkiFallbackWarning,
-                    stacklevel=2,
-                )
+        if load_nki() is None:
+            warn_fallback(name, "the nki package is not installed")
             return lower_reference(ctx, reference, *args, **kwargs)
         return _emit_kernel(ctx, name, kernel, _bind(schema, args, kwargs))
 
@@ -409,7 +414,43 @@ def _register_lowering(name: str, op: Any, kernel: Any, reference: Callable[...,
     lowering(op)(rule)
 
 
+def warn_fallback(name: str, why: str) -> None:
+    """One ``NkiFallbackWarning`` per op and process: ``name``'s kernel is not used (``why``)
+    and neuronx-cc receives the reference decomposition instead."""
+    if name in _WARNED:
+        return
+    _WARNED.add(name)
+    warnings.warn(
+        f"kernel {name} not used: {why}; neuronx-cc receives the reference decomposition",
+        NkiFallbackWarning,
+        stacklevel=3,
+    )
+
+
 def _emit_kernel(ctx: LoweringContext, name: str, kernel: Any, bound: dict[str, Any]) -> Any:
+    val = ctx.out_val
+    multi = isinstance(val, (tuple, list))
+    result_types = [ctx.out_type(i) for i in range(len(val))] if multi else [ctx.out_type()]
+    results = emit_kernel_call(ctx, name, kernel, bound, result_types)
+    return list(results) if multi else results[0]
+
+
+def emit_kernel_call(
+    ctx: LoweringContext,
+    name: str,
+    kernel: Any,
+    bound: Mapping[str, Any],
+    result_types: Sequence[Any],
+    *,
+    grid: tuple[Any, ...] | None = None,
+) -> list[Any]:
+    """Specialise ``kernel`` on ``bound`` (kernel parameter name -> ``Value`` or constant, in
+    parameter order) and emit its ``AwsNeuronCustomNativeKernel`` call; return its results.
+
+    The operands are the ``Value``s of ``bound`` in order (trainium-nki.md §3.3). The outputs
+    the toolchain reports must be exactly ``result_types`` (``TensorType``s), else
+    ``LoweringError``: a kernel whose interface drifted is never wired in silently.
+    """
     from .lowering.emit import Value
 
     specs = {
@@ -417,19 +458,16 @@ def _emit_kernel(ctx: LoweringContext, name: str, kernel: Any, bound: dict[str, 
     }
     target, lnc = _platform(ctx)
     try:
-        config = _kernel_config(kernel, specs, target=target, lnc=lnc)
+        config = _kernel_config(kernel, specs, target=target, lnc=lnc, grid=grid)
     except Exception as e:
-        raise LoweringError(
+        raise KernelSpecialisationError(
             f"the NKI toolchain could not specialise kernel {name}",
             node=ctx.node,
             reason=f"{type(e).__name__}: {e}",
             hint="run the kernel with nki.simulate on the same shapes to see the NKI error",
         ) from e
-    val = ctx.out_val
-    multi = isinstance(val, (tuple, list))
-    result_types = [ctx.out_type(i) for i in range(len(val))] if multi else [ctx.out_type()]
     got = [(s.shape, s.dtype) for s in config.output_specs]
-    want = [(t.shape, t.dtype) for t in result_types]
+    want = [(tuple(t.shape), t.dtype) for t in result_types]
     if got != want:
         raise LoweringError(
             f"kernel {name} and its reference disagree on the outputs",
@@ -446,7 +484,6 @@ def _emit_kernel(ctx: LoweringContext, name: str, kernel: Any, bound: dict[str, 
     attrs = {"nki_version": config.nki_version}  # in the module text, hence in the cache key
     if config.has_collectives:
         attrs["has_collectives"] = "1"
-    results = ctx.emit.custom_call(
-        NKI_CUSTOM_CALL, operands, result_types, config.backend_config_b64, attrs
+    return ctx.emit.custom_call(
+        NKI_CUSTOM_CALL, operands, list(result_types), config.backend_config_b64, attrs
     )
-    return list(results) if multi else results[0]

@@ -4,9 +4,41 @@ On the CPU target SDPA is traced through its math path (``bmm`` + ``_softmax``).
 calls whose shapes qualify (TorchNeuron's rule: query and key lengths multiples of 128, head dim
 <= 128, no mask, no dropout, no GQA; torchneuron.md §2 item 10) are routed, before AOTAutograd,
 to ``neuron_compile::flash_attention``: one node in the forward graph and one
-``flash_attention_backward`` node in the backward graph. On a device those lower to the NKI flash
-kernels; wherever XLA CPU runs the graph they lower to the references below, written the way the
-kernels compute (scores in float32, the row log-sum-exp saved for the backward).
+``flash_attention_backward`` node in the backward graph. Wherever XLA CPU runs the graph they
+lower to the references below, written the way the kernels compute (scores in float32, the row
+log-sum-exp saved for the backward). In the module for neuronx-cc they lower to the NKI flash
+kernels of :data:`FLASH_KERNELS` (``lowering/stablehlo/neuron_calls.py``, through
+``nki.emit_kernel_call``), with the layout changes as plain StableHLO around each call; without
+the NKI toolchain (one ``NkiFallbackWarning`` per op) or outside the kernels' limits (logged),
+the references again.
+
+The kernels' interface, as documented (SDK API pages ``nki.kernels.flash_fwd`` /
+``nki.kernels.flash_attn_bwd``, https://awsdocs-neuron.readthedocs-hosted.com/en/v2.21.0.beta/
+general/nki/api/generated/nki.kernels.flash_fwd.html and .../en/latest/general/nki/api/generated/
+nki.kernels.flash_attn_bwd.html; source ``aws-neuron/nki-samples``
+``src/nki_samples/reference/attention.py`` @2844505b):
+
+- ``flash_fwd[b, h](q, k, v, seed, logit_bias=None, softmax_scale=None, use_causal_mask=True,
+  mixed_precision=True, dropout_p=0.0, config=None)``: q (b, h, d, seq_q), k (b, h, d, seq_k),
+  v (b, h, seq_k, d) (``FlashConfig.should_transpose_v=False``), seed (1,) int32, d <= 128.
+  With ``FlashConfig.training`` it returns o (b, h, seq_q, d) and the log-sum-exp of the scaled
+  scores as lse (b, h, 128, seq_q // 128), row ``t * 128 + p`` at ``[p, t]``, float32 when
+  ``mixed_precision`` (else the input dtype). ``FlashConfig``: ``seq_tile_size`` (default 2048;
+  the source asserts >= 512 and seq_k a multiple of it), ``attn_core_tile_size``, ``training``,
+  ``should_transpose_v``, ``lse_dtype``.
+- ``flash_attn_bwd[b, h](q_ref, k_ref, v_ref, o_ref, dy_ref, lse_ref, seed_ref,
+  logit_bias_ref=None, use_causal_mask=False, mixed_precision=False, dropout_p=0.0,
+  softmax_scale=None)``: q, k, v, o, dy all (b, h, d, seq), lse as the forward returns it;
+  returns dq, dk, dv as (b, h, d, seq) in q's dtype; sequences multiples of 128.
+- Callers launch both on the grid ``[b, h]``, or ``[b, nl.nc(lnc) * (h // lnc)]`` to shard
+  heads over an LNC-2 core, with ``seed = [1]`` (aws-neuron/neuronx-distributed
+  ``src/neuronx_distributed/kernels/flash_attn.py`` @e8349455; apple/axlearn
+  ``axlearn/common/flash_attention/neuron_attention.py`` @65e979f7).
+
+Older SDK pages document an out-parameter form (``flash_fwd(q, k, v, seed, o, lse=None, ...)``,
+``flash_attn_bwd(..., seed_ref, out_dq_ref, out_dk_ref, out_dv_ref, ...)``; aws-neuron-sdk
+``general/nki/api/nki/kernels/__init__.py`` @907af9f8); the binding targets the returning form,
+which is what functional kernels under the beta-3 toolchain need.
 """
 
 from __future__ import annotations
@@ -22,7 +54,8 @@ from torch import Tensor
 
 log = logging.getLogger(__name__)
 
-#: Kernels neuronx-cc bundles (NKI samples ``flash_fwd`` / ``flash_attn_bwd``); see nki.py.
+#: Kernels neuronx-cc bundles (NKI samples ``flash_fwd`` / ``flash_attn_bwd``), bound on trn
+#: targets by ``lowering/stablehlo/neuron_calls.py``.
 FLASH_KERNELS = (
     "neuronxcc.nki.kernels.attention:flash_fwd",
     "neuronxcc.nki.kernels.attention:flash_attn_bwd",

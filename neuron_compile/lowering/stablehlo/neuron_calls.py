@@ -5,16 +5,26 @@ See ``neuron_compile/ops/fused.py`` for the ops and the operand convention.
 
 from __future__ import annotations
 
+import importlib
+import logging
 from typing import Any
 
+import numpy as np
 import torch
 
-from ...ops.flash_attention import attention_backward_reference, attention_reference
+from ...nki import KernelSpecialisationError, emit_kernel_call, load_nki, warn_fallback
+from ...ops.flash_attention import (
+    FLASH_KERNELS,
+    attention_backward_reference,
+    attention_reference,
+)
 from ...ops.fused import NEURON_CALLS, NeuronCall
 from ..context import LoweringContext
-from ..emit import Value
+from ..emit import TensorType, Value
 from ..reference import lower_reference
 from ..registry import FLOATS, dtypes_in, lowering
+
+log = logging.getLogger(__name__)
 
 
 def _bind(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -53,19 +63,178 @@ for _op, _call in NEURON_CALLS.items():
     lowering(_op, supports=dtypes_in(*FLOATS))(_rule(_op, _call))
 
 
-# Flash attention: the reference wherever XLA CPU runs the graph. On a device the NKI flash
-# kernels stand behind these ops (ops/flash_attention.py); without the nki toolchain the trn
-# module carries the reference too.
-def _flash_rule(reference):
-    def rule(ctx: LoweringContext, *args: Any) -> Any:
-        return lower_reference(ctx, reference, *args)
+# ---- flash attention ----------------------------------------------------------------------
+# XLA CPU (the cpu target, and the stand-in of a trn graph) always runs the references. In the
+# module for neuronx-cc the ops become the NKI flash kernels (ops/flash_attention.py has the
+# documented interface and its sources), with the layout changes as plain StableHLO around each
+# call; without the NKI toolchain, or for shapes outside the kernels' documented limits, the
+# references again.
+_FLASH_OP = "neuron_compile::flash_attention"
+_FLASH_BWD_OP = "neuron_compile::flash_attention_backward"
+#: kv tile sizes ``flash_fwd`` accepts (``FlashConfig.seq_tile_size``: default 2048, at least
+#: 512, and seq_k must be a multiple of it), largest first
+_SEQ_TILE_SIZES = (2048, 1024, 512)
+_PMAX = 128  # nl.tile_size.pmax: the partition count the lse layout is tiled by
+_SKIPPED: set[tuple[str, str]] = set()  # (op, reason) already logged
 
-    return rule
+
+def _flash_kernel(op_name: str, spec: str) -> Any:
+    """The kernel ``spec`` ("module:attr"), or None after one ``NkiFallbackWarning``."""
+    if load_nki() is None:
+        warn_fallback(op_name, "the nki package is not installed")
+        return None
+    module_name, attr = spec.split(":")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except Exception as e:  # ImportError, or a toolchain without this kernel
+        warn_fallback(op_name, f"{spec} cannot be loaded ({type(e).__name__}: {e})")
+        return None
+
+
+def _skip(op_name: str, why: str) -> None:
+    if (op_name, why) not in _SKIPPED:
+        _SKIPPED.add((op_name, why))
+        log.info("%s keeps its reference decomposition on trn: %s", op_name, why)
+
+
+def _launch_grid(batch: int, heads: int, lnc: int | None) -> tuple[Any, ...]:
+    """``[batch, heads]``; with LNC 2 the head axis is sharded over both physical cores as
+    ``nl.nc(2) * (heads // 2)`` when it splits evenly (neuronx-distributed
+    ``kernels/flash_attn.py``, axlearn ``flash_attention/neuron_attention.py``)."""
+    if lnc and lnc > 1 and heads % lnc == 0:
+        language = importlib.import_module("neuronxcc.nki.language")
+        return (batch, language.nc(lnc) * (heads // lnc))
+    return (batch, heads)
+
+
+def _flash_unsupported(q: Value, k: Value, v: Value) -> str | None:
+    """Why the kernels' documented limits exclude these shapes (None: they do not)."""
+    if q.dtype not in (torch.float32, torch.bfloat16):
+        return f"dtype {q.dtype} (the binding covers float32 and bfloat16)"
+    if not (q.dtype == k.dtype == v.dtype):
+        return "q, k and v differ in dtype (the kernels assume one IO dtype)"
+    if q.shape[-1] != v.shape[-1] or q.shape[-1] > _PMAX:
+        return f"head dims {q.shape[-1]}/{v.shape[-1]} (need equal and <= {_PMAX})"
+    if q.shape[-2] % _PMAX or k.shape[-2] % _PMAX:
+        return f"sequence lengths {q.shape[-2]}/{k.shape[-2]} not multiples of {_PMAX}"
+    return None
+
+
+def _seed(ctx: LoweringContext) -> Value:
+    # The kernels take a (1,) int32 dropout seed; with dropout_p == 0 it is never read.
+    return ctx.emit.constant(np.array([1], dtype=np.int32), TensorType((1,), torch.int32))
+
+
+def _to_kernel_lse(ctx: LoweringContext, lse: Value) -> Value:
+    # (b, h, s) -> (b, h, 128, s // 128): row t * 128 + p of the sequence sits at [p, t].
+    b, h, s = lse.shape
+    tiles = ctx.emit.reshape(lse, (b, h, s // _PMAX, _PMAX))
+    return ctx.emit.transpose(tiles, (0, 1, 3, 2))
+
+
+def _from_kernel_lse(ctx: LoweringContext, lse: Value) -> Value:
+    b, h, p, t = lse.shape
+    return ctx.emit.reshape(ctx.emit.transpose(lse, (0, 1, 3, 2)), (b, h, p * t))
+
+
+def _lower_flash_attention(
+    ctx: LoweringContext, q: Value, k: Value, v: Value, is_causal: bool, scale: float
+) -> Any:
+    if not ctx.emit.neuron_calls:
+        return lower_reference(ctx, attention_reference, q, k, v, is_causal, scale)
+    why = _flash_unsupported(q, k, v)
+    tile = next((t for t in _SEQ_TILE_SIZES if k.shape[-2] % t == 0), None)
+    if why is None and tile is None:
+        why = f"seq_k {k.shape[-2]} is not a multiple of a kv tile size {_SEQ_TILE_SIZES}"
+    kernel = _flash_kernel(_FLASH_OP, FLASH_KERNELS[0]) if why is None else None
+    if kernel is None:
+        if why is not None:
+            _skip(_FLASH_OP, why)
+        return lower_reference(ctx, attention_reference, q, k, v, is_causal, scale)
+    b, h, sq, d = q.shape
+    bound: dict[str, Any] = {
+        "q": ctx.emit.transpose(q, (0, 1, 3, 2)),  # (b, h, d, seq_q)
+        "k": ctx.emit.transpose(k, (0, 1, 3, 2)),  # (b, h, d, seq_k)
+        "v": v,  # (b, h, seq_k, d): should_transpose_v=False
+        "seed": _seed(ctx),
+        "softmax_scale": float(scale),
+        "use_causal_mask": bool(is_causal),
+        # float32 inputs keep float32 matmuls; bfloat16 ones accumulate in float32. Either
+        # way the lse comes back in float32, as the op's contract says.
+        "mixed_precision": q.dtype != torch.float32,
+        "dropout_p": 0.0,
+    }
+    out_type = TensorType((b, h, sq, d), q.dtype)
+    lse_type = TensorType((b, h, _PMAX, sq // _PMAX), torch.float32)
+    # NOTE: on a fallback here the adapters emitted above are dead code; XLA drops them.
+    try:
+        flash_config = importlib.import_module(FLASH_KERNELS[0].split(":")[0]).FlashConfig
+        bound["config"] = flash_config(seq_tile_size=tile, training=True)
+        grid = _launch_grid(b, h, ctx.emit.lnc)
+        out, lse = emit_kernel_call(ctx, _FLASH_OP, kernel, bound, [out_type, lse_type], grid=grid)
+    except (ImportError, AttributeError, KernelSpecialisationError) as e:
+        why = f"{FLASH_KERNELS[0]} could not be specialised ({getattr(e, 'reason', e)})"
+        warn_fallback(_FLASH_OP, why)
+        return lower_reference(ctx, attention_reference, q, k, v, is_causal, scale)
+    return [out, _from_kernel_lse(ctx, lse)]
+
+
+def _lower_flash_attention_backward(
+    ctx: LoweringContext,
+    dout: Value,
+    q: Value,
+    k: Value,
+    v: Value,
+    out: Value,
+    lse: Value,
+    is_causal: bool,
+    scale: float,
+) -> Any:
+    args = (dout, q, k, v, out, lse, is_causal, scale)
+    if not ctx.emit.neuron_calls:
+        return lower_reference(ctx, attention_backward_reference, *args)
+    why = _flash_unsupported(q, k, v)
+    if why is None and k.shape[-2] > 512 and k.shape[-2] % 512:
+        # flash_attn_bwd tiles seq_k by 512 from 512 on (nki-samples attention.py)
+        why = f"seq_k {k.shape[-2]} is above 512 but not a multiple of 512"
+    kernel = _flash_kernel(_FLASH_BWD_OP, FLASH_KERNELS[1]) if why is None else None
+    if kernel is None:
+        if why is not None:
+            _skip(_FLASH_BWD_OP, why)
+        return lower_reference(ctx, attention_backward_reference, *args)
+
+    def heads_dim_seq(x: Value) -> Value:  # (b, h, s, d) -> (b, h, d, s)
+        return ctx.emit.transpose(x, (0, 1, 3, 2))
+
+    b, h = q.shape[:2]
+    bound = {
+        "q_ref": heads_dim_seq(q),
+        "k_ref": heads_dim_seq(k),
+        "v_ref": heads_dim_seq(v),
+        "o_ref": heads_dim_seq(out),
+        "dy_ref": heads_dim_seq(dout),
+        "lse_ref": _to_kernel_lse(ctx, lse),
+        "seed_ref": _seed(ctx),
+        "use_causal_mask": bool(is_causal),
+        "mixed_precision": q.dtype != torch.float32,
+        "dropout_p": 0.0,
+        "softmax_scale": float(scale),
+    }
+    types = [bound[n].type for n in ("q_ref", "k_ref", "v_ref")]
+    types = [t.with_dtype(q.dtype) for t in types]  # the kernel writes every grad in q's dtype
+    try:
+        grid = _launch_grid(b, h, ctx.emit.lnc)
+        grads = emit_kernel_call(ctx, _FLASH_BWD_OP, kernel, bound, types, grid=grid)
+    except (ImportError, AttributeError, KernelSpecialisationError) as e:
+        why = f"{FLASH_KERNELS[1]} could not be specialised ({getattr(e, 'reason', e)})"
+        warn_fallback(_FLASH_BWD_OP, why)
+        return lower_reference(ctx, attention_backward_reference, *args)
+    return [heads_dim_seq(g) for g in grads]
 
 
 lowering(torch.ops.neuron_compile.flash_attention.default, supports=dtypes_in(*FLOATS))(
-    _flash_rule(attention_reference)
+    _lower_flash_attention
 )
 lowering(torch.ops.neuron_compile.flash_attention_backward.default, supports=dtypes_in(*FLOATS))(
-    _flash_rule(attention_backward_reference)
+    _lower_flash_attention_backward
 )
