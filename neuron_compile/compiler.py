@@ -17,9 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 import torch.fx as fx
-from torch.utils._python_dispatch import _disable_current_modes
 
 from . import artifact as artifact_mod
 from .cache import executable_cache
@@ -28,6 +26,7 @@ from .cache.key import CacheKey, executable_key, graph_key
 from .cache.manifest import is_local_only
 from .cache.store import DiskCache
 from .cache.tiers import disk_cache
+from .compiled_graph import CompiledGraph
 from .config import NeuronConfig
 from .dump import dump_graph
 from .errors import (
@@ -40,13 +39,12 @@ from .errors import (
 )
 from .fallback import FallbackRunner, FallbackWarning, RegionCall
 from .lowering import lower_graph
-from .lowering.context import canonical_dtype
 from .lowering.lower_graph import LoweredGraph
 from .metrics import GraphRecord, add_record
 from .partition import is_fully_supported, partition, split_reasons, summarize
 from .passes import pipeline_for, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
-from .saved import META_KEY, SavedLink, externally_observed, new_token, token_arrays
+from .saved import META_KEY
 
 log = logging.getLogger(__name__)
 
@@ -63,146 +61,6 @@ def cache_name(name: str) -> str:
 
 class DowncastWarning(UserWarning):
     """float64 graph inputs run as float32 (the 64-bit policy)."""
-
-
-class CompiledGraph:
-    """The runtime side of one graph: marshal inputs, execute, rebuild outputs."""
-
-    def __init__(
-        self,
-        name: str,
-        lowered: LoweredGraph,
-        executable: Any,
-        constants: dict[str, torch.Tensor],
-        record: GraphRecord,
-    ) -> None:
-        # An instance attribute, not a class one: AOTAutograd wraps backward compilers in
-        # functools.wraps-based decorators that copy __dict__ only.
-        self._boxed_call = True
-        # False for regions of a partitioned graph: its FallbackRunner counts the calls.
-        self.count_calls = False
-        self.name = name
-        self.record = record
-        self.lowered = lowered
-        self._exe = executable
-        # Per-call plans, precomputed so a call does no dict/list setup beyond its results:
-        # (graph-input index, or RNG_SEED; constant or None; dtype @main takes).
-        # Constants (get_attr) are converted once here, not on every call. This runs inside
-        # AOTAutograd's compiler callback, where FakeTensorMode is active: leave it, or the
-        # converted constant would be a fake tensor without data.
-        with _disable_current_modes():
-            self._inputs = [
-                (
-                    spec.index,
-                    constants[spec.attr].to(spec.arg_dtype).contiguous() if spec.attr else None,
-                    spec.arg_dtype,
-                )
-                for spec in lowered.inputs
-            ]
-        self._outputs = [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs]
-        # Parameters' XLA aliases between calls (see XlaCpuExecutable); per graph, not per
-        # executable, because executables are shared by identical graphs of different models.
-        self._param_slots: list[Any] = [None] * len(lowered.inputs)
-        self._passthrough = [o.index for o in lowered.outputs if o.kind == "input"]
-        # Graph outputs are exactly @main's results, in order: hand the result list back as is.
-        self._results_only = all(
-            o.kind == "result" and o.index == i and canonical_dtype(o.dtype) == o.dtype
-            for i, o in enumerate(lowered.outputs)
-        )
-        # Saved activations kept on the device (neuron_compile/saved.py). Forward: per result,
-        # True if it stays an executor array; ``_resident_outputs`` is the plan used then.
-        self._keep: list[bool] | None = None
-        self._resident_outputs: list[tuple[str, int, Any, Any]] = []
-        self._num_saved = 0
-        # Backward: which argument holds the forward's token (saved value i is argument i).
-        self._token_arg: int | None = None
-        self._register_outputs = True  # remember our outputs' addresses for a later re-import
-        #: The graph's FX index key (cache/fx_index.py), when it has one: the AOTAutograd cache
-        #: entry refers to the graph by it (aot_cache.py).
-        self.fx_key: str | None = None
-
-    def keep_saved_resident(self, link: SavedLink) -> None:
-        """Forward graph: keep saved activations that only the backward reads as arrays."""
-        outputs = self.lowered.outputs
-        num_saved = len(outputs) - link.num_fwd_outputs
-        user_results = {o.index for o in outputs[: link.num_fwd_outputs] if o.kind == "result"}
-        resident = []
-        plan = list(self._outputs)
-        keep = [False] * self.lowered.num_results
-        for pos in range(link.num_fwd_outputs, len(outputs)):
-            o = outputs[pos]
-            if o.kind == "result" and o.index not in user_results:
-                keep[o.index] = True  # a value saved twice is one array behind both slots
-                resident.append(pos - link.num_fwd_outputs)
-                plan[pos] = ("saved", o.index, o.dtype, pos - link.num_fwd_outputs)
-        if not resident:
-            return
-        link.resident = tuple(resident)
-        self._keep, self._resident_outputs, self._num_saved = keep, plan, num_saved
-
-    def read_saved_from(self, link: SavedLink) -> None:
-        """Backward graph: take the forward's resident activations from its token."""
-        if link.resident:
-            self._token_arg = link.resident[0]
-        self._register_outputs = False  # gradients go to .grad, not into another graph
-
-    def __call__(self, args: list[Any]) -> list[Any]:
-        if self.count_calls:
-            self.record.calls += 1
-        saved = token_arrays(args[self._token_arg]) if self._token_arg is not None else None
-        slots = self._param_slots
-        ins = []
-        for slot, (index, const, dtype) in enumerate(self._inputs):
-            if const is not None:
-                t = const
-            elif index >= 0:
-                t = args[index]
-                alias = slots[slot]
-                if alias is not None and alias[0] is t and alias[1] == t.data_ptr():
-                    ins.append(alias[2])  # a parameter's zero-copy XLA alias (see the executor)
-                    continue
-                if saved is not None and index < len(saved) and saved[index] is not None:
-                    ins.append(saved[index])  # the forward's array, still on the device
-                    continue
-            else:  # RNG_SEED: drawn from torch's default generator, so manual_seed reproduces runs
-                t = torch.randint(-(2**31), 2**31 - 1, (4,), dtype=torch.int32)
-            if t.dtype != dtype:
-                t = t.to(dtype)
-            # No detach(): the executor's dlpack export ignores autograd metadata.
-            ins.append(t if t.is_contiguous() else t.contiguous())
-        kept = [args[i] for i in self._passthrough] if self._passthrough else ()
-        args.clear()  # boxed convention: let the caller's references go before we run
-        keep = self._keep if self._keep is not None and not externally_observed() else None
-        try:
-            results = self._exe(ins, self._param_slots, keep, self._register_outputs)
-        except Exception as e:
-            raise ExecutorError(
-                f"XLA CPU failed to run graph {self.name}: {type(e).__name__}: {e}",
-                hint=BUG_HINT,
-            ) from e
-        if keep is None:
-            if self._results_only:
-                return results
-            plan = self._outputs
-        else:
-            plan = self._resident_outputs
-            token, arrays = new_token(self._num_saved)
-        outs: list[Any] = []
-        inputs = iter(kept)
-        for kind, index, dtype, value in plan:
-            if kind == "result":
-                r = results[index]
-                outs.append(r if r.dtype == dtype else r.to(dtype))
-            elif kind == "saved":
-                arrays[value] = results[index]
-                outs.append(token)
-            elif kind == "input":
-                outs.append(next(inputs))
-            elif kind == "none":
-                outs.append(None)
-            else:
-                outs.append(value)
-        return outs
 
 
 def _warn_downcasts(name: str, downcasts: list[str], cfg: NeuronConfig) -> None:

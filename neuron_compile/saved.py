@@ -62,12 +62,17 @@ def externally_observed() -> bool:
     return _top_hooks(False) is not None
 
 
+def token_holding(arrays: list[Any]) -> torch.Tensor:
+    """A fresh token that owns ``arrays`` (saved index -> array, None where not resident)."""
+    token = torch.empty(0)
+    token._neuron_saved = arrays
+    return token
+
+
 def new_token(num_saved: int) -> tuple[torch.Tensor, list[Any]]:
     """A fresh token and its (empty) array list; the token owns the list."""
-    token = torch.empty(0)
     arrays: list[Any] = [None] * num_saved
-    token._neuron_saved = arrays
-    return token, arrays
+    return token_holding(arrays), arrays
 
 
 def token_arrays(value: Any) -> list[Any] | None:

@@ -297,10 +297,11 @@ def test_executor_failure_at_run_time_is_coded(monkeypatch):
     f = torch.compile(lambda x: x + 1, backend="neuron")
     f(torch.ones(2))
 
-    def broken(self, inputs, *args):
+    def broken(self, arrays, *args):
         raise RuntimeError("device lost")
 
-    monkeypatch.setattr(xla_cpu.XlaCpuExecutable, "__call__", broken)
+    # Every call, first or planned, executes through ``run``.
+    monkeypatch.setattr(xla_cpu.XlaCpuExecutable, "run", broken)
     with pytest.raises(NeuronCompileError) as info:
         f(torch.ones(2))
     assert info.value.code == "NC301" and "device lost" in str(info.value)

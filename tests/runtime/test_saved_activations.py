@@ -20,14 +20,18 @@ def _mlp():
 @pytest.fixture
 def exports(monkeypatch):
     """Counts executor arrays converted to torch tensors (the double wraps the real exporter)."""
-    real = xla_cpu._exporter()
+    real_one, real_many = xla_cpu._exporters()
     count = [0]
 
-    def counting(array):
+    def one(array):
         count[0] += 1
-        return real(array)
+        return real_one(array)
 
-    monkeypatch.setattr(xla_cpu, "_exporter", lambda: counting)
+    def many(arrays):
+        count[0] += len(arrays)
+        return real_many(arrays)
+
+    monkeypatch.setattr(xla_cpu, "_exporters", lambda: (one, many))
     return count
 
 

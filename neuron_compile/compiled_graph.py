@@ -1,0 +1,366 @@
+"""The runtime side of one compiled graph: marshal inputs, execute, rebuild outputs.
+
+A training step calls each graph once, and everything a call does outside the executor is
+overhead over eager PyTorch. Right after an execute the CPU caches are cold (the executor just
+streamed every activation through them), so each Python-level step per tensor costs ~1-2 us; a
+GPT block's forward and backward move ~80 tensors apiece. So after the first call, a graph runs
+from a *call plan* (``_FastPlan``): every input and output position is sorted into a group
+(parameters with a cached zero-copy alias, saved activations from the forward's token,
+constants, the rest), and a call moves each group with one C-level gather
+(``operator.itemgetter``, ``map``) instead of a Python loop over positions. Only the "rest" (token
+ids, tangents, the RNG seed) is handled one by one. Whenever a precondition fails (a parameter
+was replaced, saved-tensor hooks are active, an executor without the array interface) the call
+takes the general path, which also rebuilds the plan.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+from .errors import BUG_HINT, ExecutorError
+from .lowering.context import canonical_dtype
+from .lowering.lower_graph import LoweredGraph
+from .metrics import GraphRecord
+from .saved import SavedLink, externally_observed, new_token, token_arrays, token_holding
+
+#: Largest input of unchanged dtype that a call copies into a staging buffer.
+STAGE_BYTES = 1 << 16
+_is = operator.is_
+_data_ptr = torch.Tensor.data_ptr
+
+
+def gather(indices: Sequence[int]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """``seq -> tuple(seq[i] for i in indices)``, in C for any length (itemgetter returns a
+    bare item, not a 1-tuple, for one index)."""
+    if not indices:
+        return lambda seq: ()
+    if len(indices) == 1:
+        (i,) = indices
+        return lambda seq: (seq[i],)
+    return operator.itemgetter(*indices)
+
+
+class _OutputPlan:
+    """Outputs from ``results + passthrough inputs + [None, *constants] (+ [token])``."""
+
+    def __init__(
+        self,
+        plan: Sequence[tuple[str, int, Any, Any]],
+        num_results: int,
+        num_inputs: int,
+        export: list[int] | None,
+        num_saved: int = 0,
+    ) -> None:
+        self.export = export  # results the executor returns as tensors (None: all)
+        consts = [value for kind, _, _, value in plan if kind == "const"]
+        self.tail = [None, *consts]
+        none_at = num_results + num_inputs
+        token_at = none_at + len(self.tail)
+        scatter = [num_results + num_inputs] * num_saved  # the tail's None: not resident
+        where, inputs, n_const, self.converts = [], 0, 0, []
+        for pos, (kind, index, dtype, value) in enumerate(plan):
+            if kind == "result":
+                where.append(index)
+                if canonical_dtype(dtype) != dtype:
+                    self.converts.append((pos, dtype))
+            elif kind == "input":
+                where.append(num_results + inputs)
+                inputs += 1
+            elif kind == "none":
+                where.append(none_at)
+            elif kind == "const":
+                n_const += 1
+                where.append(none_at + n_const)
+            else:  # "saved": the token
+                where.append(token_at)
+                scatter[value] = index
+        self.scatter = gather(scatter) if num_saved else None
+        self.outputs = gather(where)
+
+    def assemble(self, results: list[Any], inputs: list[Any]) -> list[Any]:
+        src = results + inputs + self.tail
+        if self.scatter is not None:
+            src.append(token_holding(list(self.scatter(src))))
+        outs = list(self.outputs(src))
+        for pos, dtype in self.converts:
+            r = outs[pos]
+            if r.dtype != dtype:
+                outs[pos] = r.to(dtype)
+        return outs
+
+
+class _FastPlan:
+    """Where each ``@main`` argument comes from, and how outputs are rebuilt (module docstring)."""
+
+    def __init__(self, graph: CompiledGraph) -> None:
+        slots = graph._param_slots
+        self.slots = list(slots)  # the aliases it was built from: a call that changes one rebuilds
+        aliased = [s for s, alias in enumerate(slots) if alias is not None]
+        saved = graph._saved_slots
+        static = [s for s, (_, const, _) in enumerate(graph._inputs) if const is not None]
+        exe = graph._exe
+        self.plain = _OutputPlan(
+            graph._outputs, graph.lowered.num_results, len(graph._passthrough), None
+        )
+        self.resident = None
+        if graph._keep is not None:
+            export = [i for i, kept in enumerate(graph._keep) if not kept]
+            self.resident = _OutputPlan(
+                graph._resident_outputs,
+                graph.lowered.num_results,
+                len(graph._passthrough),
+                export,
+                graph._num_saved,
+            )
+        staged = self._stageable(graph, {*aliased, *saved, *static})
+        taken = {*aliased, *saved, *static, *staged}
+        self.other = [s for s in range(len(slots)) if s not in taken]
+        self.alias_args = gather([graph._inputs[s][0] for s in aliased])
+        self.alias_tensors = tuple(slots[s][0] for s in aliased)
+        self.alias_ptrs = tuple(slots[s][1] for s in aliased)
+        # Constants are ours and never change: import each once.
+        self.fixed = (
+            [slots[s][2] for s in aliased]
+            + [exe.to_xla(None, s, graph._inputs[s][1]) for s in static]
+            + [array for _, array in staged.values()]
+        )
+        self.staging = [(graph._inputs[s][0], buf) for s, (buf, _) in staged.items()]
+        self.saved_args = gather([graph._inputs[s][0] for s in saved])
+        order = saved + aliased + static + list(staged) + self.other
+        where = {slot: i for i, slot in enumerate(order)}
+        self.arguments = gather([where[s] for s in range(len(slots))])
+
+    def _stageable(self, graph: CompiledGraph, taken: set[int]) -> dict[int, tuple[Any, Any]]:
+        """Inputs the 64-bit policy narrows (token ids: int64 -> int32) and other small
+        inputs (a loss's tangent), each with a buffer of ``@main``'s dtype that XLA aliases: a
+        call copies into it (one torch op, ~20 us with cold caches) where it would import a new
+        buffer (~40 us, and as much again to convert first). Large same-dtype inputs import
+        zero-copy instead: copying them would cost more.
+
+        Only when every call hands some result to torch, which waits for the execution: the
+        buffer is never overwritten while an execution still reads it.
+        """
+        plans = [p for p in (self.plain, self.resident) if p is not None]
+        if not all(p.export is None or p.export for p in plans) or not graph.lowered.num_results:
+            return {}
+        staged = {}
+        for slot, spec in enumerate(graph.lowered.inputs):
+            index, _, dtype = graph._inputs[slot]
+            small = spec.dtype.itemsize * math.prod(spec.shape) <= STAGE_BYTES
+            if slot in taken or index < 0 or (spec.dtype == dtype and not small):
+                continue
+            buf = torch.empty(spec.shape, dtype=dtype)
+            array = graph._exe.to_xla(None, slot, buf)
+            if array.unsafe_buffer_pointer() == buf.data_ptr():  # zero-copy alias
+                staged[slot] = (buf, array)
+        return staged
+
+    def arguments_of(self, graph: CompiledGraph, args: list[Any]) -> list[Any] | None:
+        """``@main``'s arguments for this call, or None if the plan does not hold for it."""
+        params = self.alias_args(args)
+        if not all(map(_is, params, self.alias_tensors)):
+            return None
+        if tuple(map(_data_ptr, params)) != self.alias_ptrs:
+            return None
+        saved: tuple[Any, ...] = ()
+        if graph._token_arg is not None:
+            arrays = token_arrays(args[graph._token_arg])
+            if arrays is None:
+                return None
+            saved = self.saved_args(arrays)
+        for index, buf in self.staging:
+            # No autograd edge into ``buf``: AOTAutograd runs compiled graphs with grad off.
+            buf.copy_(args[index])
+        src = [*saved, *self.fixed]
+        for slot in self.other:
+            src.append(graph._argument(args, slot))
+        return list(self.arguments(src))
+
+
+class CompiledGraph:
+    """The runtime side of one graph: marshal inputs, execute, rebuild outputs."""
+
+    def __init__(
+        self,
+        name: str,
+        lowered: LoweredGraph,
+        executable: Any,
+        constants: dict[str, torch.Tensor],
+        record: GraphRecord,
+    ) -> None:
+        # An instance attribute, not a class one: AOTAutograd wraps backward compilers in
+        # functools.wraps-based decorators that copy __dict__ only.
+        self._boxed_call = True
+        # False for regions of a partitioned graph: its FallbackRunner counts the calls.
+        self.count_calls = False
+        self.name = name
+        self.record = record
+        self.lowered = lowered
+        self._exe = executable
+        # Per-argument plans: (graph-input index, or RNG_SEED; constant or None; dtype @main
+        # takes). Constants (get_attr) are converted once here, not on every call. This runs
+        # inside AOTAutograd's compiler callback, where FakeTensorMode is active: leave it, or
+        # the converted constant would be a fake tensor without data.
+        with _disable_current_modes():
+            self._inputs = [
+                (
+                    spec.index,
+                    constants[spec.attr].to(spec.arg_dtype).contiguous() if spec.attr else None,
+                    spec.arg_dtype,
+                )
+                for spec in lowered.inputs
+            ]
+        self._outputs = [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs]
+        # Parameters' XLA aliases between calls (see XlaCpuExecutable); per graph, not per
+        # executable, because executables are shared by identical graphs of different models.
+        self._param_slots: list[Any] = [None] * len(lowered.inputs)
+        self._passthrough = [o.index for o in lowered.outputs if o.kind == "input"]
+        self._passthrough_args = gather(self._passthrough)
+        # Saved activations kept on the device (neuron_compile/saved.py). Forward: per result,
+        # True if it stays an executor array; ``_resident_outputs`` is the plan used then.
+        self._keep: list[bool] | None = None
+        self._resident_outputs: list[tuple[str, int, Any, Any]] = []
+        self._num_saved = 0
+        # Backward: which argument holds the forward's token, and the argument slots that
+        # take saved values from it (saved value i is graph input i).
+        self._token_arg: int | None = None
+        self._saved_slots: list[int] = []
+        self._register_outputs = True  # remember our outputs' addresses for a later re-import
+        #: The graph's FX index key (cache/fx_index.py), when it has one: the AOTAutograd cache
+        #: entry refers to the graph by it (aot_cache.py).
+        self.fx_key: str | None = None
+        # Executors with the array interface (XlaCpuExecutable) get the call plan, built after
+        # the first call has cached the parameters' aliases.
+        self._fast: _FastPlan | None = None
+        self._plan_enabled = hasattr(executable, "run")
+
+    def keep_saved_resident(self, link: SavedLink) -> None:
+        """Forward graph: keep saved activations that only the backward reads as arrays."""
+        outputs = self.lowered.outputs
+        num_saved = len(outputs) - link.num_fwd_outputs
+        user_results = {o.index for o in outputs[: link.num_fwd_outputs] if o.kind == "result"}
+        resident = []
+        plan = list(self._outputs)
+        keep = [False] * self.lowered.num_results
+        for pos in range(link.num_fwd_outputs, len(outputs)):
+            o = outputs[pos]
+            if o.kind == "result" and o.index not in user_results:
+                keep[o.index] = True  # a value saved twice is one array behind both slots
+                resident.append(pos - link.num_fwd_outputs)
+                plan[pos] = ("saved", o.index, o.dtype, pos - link.num_fwd_outputs)
+        if not resident:
+            return
+        link.resident = tuple(resident)
+        self._keep, self._resident_outputs, self._num_saved = keep, plan, num_saved
+        self._fast = None
+
+    def read_saved_from(self, link: SavedLink) -> None:
+        """Backward graph: take the forward's resident activations from its token."""
+        if link.resident:
+            self._token_arg = link.resident[0]
+            resident = set(link.resident)
+            self._saved_slots = [
+                slot for slot, (index, _, _) in enumerate(self._inputs) if index in resident
+            ]
+        self._register_outputs = False  # gradients go to .grad, not into another graph
+        self._fast = None
+
+    def _argument(self, args: list[Any], slot: int) -> Any:
+        """One ``@main`` argument that no group of the call plan covers."""
+        index, const, dtype = self._inputs[slot]
+        if const is not None:
+            t = const
+        elif index >= 0:
+            t = args[index]
+        else:  # RNG_SEED: drawn from torch's default generator, so manual_seed reproduces runs
+            t = torch.randint(-(2**31), 2**31 - 1, (4,), dtype=torch.int32)
+        if t.dtype != dtype:
+            t = t.to(dtype)
+        # No detach(): the executor's dlpack export ignores autograd metadata.
+        return self._exe.to_xla(None, slot, t if t.is_contiguous() else t.contiguous())
+
+    def __call__(self, args: list[Any]) -> list[Any]:
+        if self.count_calls:
+            self.record.calls += 1
+        fast = self._fast
+        arguments = fast.arguments_of(self, args) if fast is not None else None
+        if arguments is None:
+            return self._call_general(args)
+        inputs = list(self._passthrough_args(args))
+        args.clear()  # boxed convention: let the caller's references go before we run
+        resident = fast.resident is not None and not externally_observed()
+        plan = fast.resident if resident else fast.plain
+        try:
+            results = self._exe.run(arguments, plan.export, self._register_outputs)
+        except Exception as e:
+            raise self._failed(e) from e
+        return plan.assemble(results, inputs)
+
+    def _failed(self, e: Exception) -> ExecutorError:
+        return ExecutorError(
+            f"XLA CPU failed to run graph {self.name}: {type(e).__name__}: {e}", hint=BUG_HINT
+        )
+
+    def _call_general(self, args: list[Any]) -> list[Any]:
+        """Any call the plan does not cover; then (re)build the plan for the next calls."""
+        saved = token_arrays(args[self._token_arg]) if self._token_arg is not None else None
+        slots = self._param_slots
+        ins = []
+        for slot, (index, const, dtype) in enumerate(self._inputs):
+            if const is not None:
+                t = const
+            elif index >= 0:
+                t = args[index]
+                alias = slots[slot]
+                if alias is not None and alias[0] is t and alias[1] == t.data_ptr():
+                    ins.append(alias[2])  # a parameter's zero-copy XLA alias (see the executor)
+                    continue
+                if saved is not None and index < len(saved) and saved[index] is not None:
+                    ins.append(saved[index])  # the forward's array, still on the device
+                    continue
+            else:  # RNG_SEED: drawn from torch's default generator, so manual_seed reproduces runs
+                t = torch.randint(-(2**31), 2**31 - 1, (4,), dtype=torch.int32)
+            if t.dtype != dtype:
+                t = t.to(dtype)
+            # No detach(): the executor's dlpack export ignores autograd metadata.
+            ins.append(t if t.is_contiguous() else t.contiguous())
+        kept = [args[i] for i in self._passthrough] if self._passthrough else ()
+        args.clear()  # boxed convention: let the caller's references go before we run
+        keep = self._keep if self._keep is not None and not externally_observed() else None
+        try:
+            results = self._exe(ins, self._param_slots, keep, self._register_outputs)
+        except Exception as e:
+            raise self._failed(e) from e
+        fast = self._fast
+        if self._plan_enabled and (
+            fast is None or not all(map(_is, fast.slots, self._param_slots))
+        ):
+            with _disable_current_modes():  # the first call can run under FakeTensorMode
+                self._fast = _FastPlan(self)
+        if keep is None:
+            plan = self._outputs
+        else:
+            plan = self._resident_outputs
+            token, arrays = new_token(self._num_saved)
+        outs: list[Any] = []
+        inputs = iter(kept)
+        for kind, index, dtype, value in plan:
+            if kind == "result":
+                r = results[index]
+                outs.append(r if r.dtype == dtype else r.to(dtype))
+            elif kind == "saved":
+                arrays[value] = results[index]
+                outs.append(token)
+            elif kind == "input":
+                outs.append(next(inputs))
+            elif kind == "none":
+                outs.append(None)
+            else:
+                outs.append(value)
+        return outs
