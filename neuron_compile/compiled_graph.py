@@ -271,8 +271,8 @@ class CompiledGraph:
         self._register_outputs = False  # gradients go to .grad, not into another graph
         self._fast = None
 
-    def _argument(self, args: list[Any], slot: int) -> Any:
-        """One ``@main`` argument that no group of the call plan covers."""
+    def _tensor(self, args: list[Any], slot: int) -> torch.Tensor:
+        """``@main``'s argument ``slot`` as a contiguous tensor of the dtype it takes."""
         index, const, dtype = self._inputs[slot]
         if const is not None:
             t = const
@@ -283,7 +283,11 @@ class CompiledGraph:
         if t.dtype != dtype:
             t = t.to(dtype)
         # No detach(): the executor's dlpack export ignores autograd metadata.
-        return self._exe.to_xla(None, slot, t if t.is_contiguous() else t.contiguous())
+        return t if t.is_contiguous() else t.contiguous()
+
+    def _argument(self, args: list[Any], slot: int) -> Any:
+        """One ``@main`` argument that no group of the call plan covers, as an array."""
+        return self._exe.to_xla(None, slot, self._tensor(args, slot))
 
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.count_calls:
@@ -312,10 +316,8 @@ class CompiledGraph:
         saved = token_arrays(args[self._token_arg]) if self._token_arg is not None else None
         slots = self._param_slots
         ins = []
-        for slot, (index, const, dtype) in enumerate(self._inputs):
-            if const is not None:
-                t = const
-            elif index >= 0:
+        for slot, (index, const, _) in enumerate(self._inputs):
+            if const is None and index >= 0:
                 t = args[index]
                 alias = slots[slot]
                 if alias is not None and alias[0] is t and alias[1] == t.data_ptr():
@@ -324,12 +326,7 @@ class CompiledGraph:
                 if saved is not None and index < len(saved) and saved[index] is not None:
                     ins.append(saved[index])  # the forward's array, still on the device
                     continue
-            else:  # RNG_SEED: drawn from torch's default generator, so manual_seed reproduces runs
-                t = torch.randint(-(2**31), 2**31 - 1, (4,), dtype=torch.int32)
-            if t.dtype != dtype:
-                t = t.to(dtype)
-            # No detach(): the executor's dlpack export ignores autograd metadata.
-            ins.append(t if t.is_contiguous() else t.contiguous())
+            ins.append(self._tensor(args, slot))
         kept = [args[i] for i in self._passthrough] if self._passthrough else ()
         args.clear()  # boxed convention: let the caller's references go before we run
         keep = self._keep if self._keep is not None and not externally_observed() else None
