@@ -22,6 +22,7 @@ import torch
 import torch.fx as fx
 
 from .effects import alias_root, mutated_roots
+from .graph_queries import nodes_calling
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ _EXACT: dict[torch.dtype, set[torch.dtype]] = {
     torch.bfloat16: {torch.float32, torch.float64},
     torch.float32: {torch.float64},
 }
+_CASTS = (aten._to_copy.default, prims.convert_element_type.default)
 # ``_to_copy`` kwargs that a pure dtype cast may carry; anything else (pin_memory,
 # memory_format) makes it more than a cast.
 _TO_COPY_KWARGS = {"dtype", "layout", "device", "non_blocking"}
@@ -88,7 +90,7 @@ def collapse_casts(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     written = mutated_roots(graph)
     collapsed = dropped = 0
-    for node in list(graph.nodes):
+    for node in nodes_calling(graph, _CASTS):
         outer = _cast(node)
         if outer is None:
             continue

@@ -6,12 +6,14 @@ place and err on the side of keeping a node.
 
 from __future__ import annotations
 
-import functools
 import operator
+from collections.abc import Callable
 
 import torch
 import torch.fx as fx
 from torch._ops import HigherOrderOperator, OpOverload
+
+from .graph_queries import nodes_calling_any
 
 # NOTE: a name-based backstop for RNG ops that carry no ``nondeterministic_seeded`` tag (prims and
 # rngprims variants, custom ops): merging or deleting any of them changes the random stream.
@@ -26,8 +28,32 @@ def op_name(target: object) -> str:
     return getattr(target, "__name__", str(target))
 
 
-@functools.lru_cache(maxsize=4096)
-def _target_is_random(target: object) -> bool:
+class _PerOp:
+    """Memoizes a predicate of an op target by the target's identity.
+
+    Every pass asks these questions of every node it visits, and schema lookups dominated the
+    pass pipeline's time. NOTE: keyed by ``id`` rather than by the target itself, because hashing
+    an ``OpOverload`` runs Python code (``OpOverload.__hash__``), which cost as much as the lookup
+    saved; the entry keeps the target alive, so its ``id`` cannot be reused while cached. This also
+    answers unhashable targets.
+    """
+
+    def __init__(self, predicate: Callable[[object], bool], max_entries: int = 4096) -> None:
+        self._predicate = predicate
+        self._max_entries = max_entries
+        self._answers: dict[int, tuple[object, bool]] = {}
+
+    def __call__(self, target: object) -> bool:
+        hit = self._answers.get(id(target))
+        if hit is not None and hit[0] is target:
+            return hit[1]
+        answer = self._predicate(target)
+        if len(self._answers) < self._max_entries:
+            self._answers[id(target)] = (target, answer)
+        return answer
+
+
+def _is_random_op(target: object) -> bool:
     if isinstance(target, OpOverload) and torch.Tag.nondeterministic_seeded in target.tags:
         return True
     if getattr(target, "_nondeterministic_seeded", False):
@@ -36,32 +62,28 @@ def _target_is_random(target: object) -> bool:
     return any(part in name for part in _RANDOM_NAME_PARTS)
 
 
-@functools.lru_cache(maxsize=4096)
-def _target_mutates(target: object) -> bool:
+def _mutating_op(target: object) -> bool:
     schema = getattr(target, "_schema", None)
     return bool(schema is not None and schema.is_mutable)
 
 
-@functools.lru_cache(maxsize=4096)
-def _result_aliases_self(target: object) -> bool:
+def _op_result_aliases_self(target: object) -> bool:
     schema = getattr(target, "_schema", None)
     return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None)
 
 
-# Answers per op are cached (every pass asks them of every node; schema lookups dominated the
-# pass pipeline's time). Unhashable targets are answered uncached.
-def _cached(fn, target: object) -> bool:  # noqa: ANN001 - one of the lru_cache'd predicates
-    try:
-        return fn(target)
-    except TypeError:
-        return fn.__wrapped__(target)
+#: ``is_random`` and ``mutates`` of a ``call_function`` node, asked of its target (for passes that
+#: decide per op rather than per node).
+target_is_random = _PerOp(_is_random_op)
+target_mutates = _PerOp(_mutating_op)
+_result_aliases_self = _PerOp(_op_result_aliases_self)
 
 
 def is_random(node: fx.Node) -> bool:
     """True if ``node`` draws from (or saves/restores) an RNG state."""
     if node.op != "call_function":
         return False
-    return _cached(_target_is_random, node.target)
+    return target_is_random(node.target)
 
 
 def mutates(node: fx.Node) -> bool:
@@ -71,7 +93,7 @@ def mutates(node: fx.Node) -> bool:
         return isinstance(target, str) and target.endswith("_")
     if node.op != "call_function":
         return False
-    return _cached(_target_mutates, target)
+    return target_mutates(target)
 
 
 def mutated_args(node: fx.Node) -> list[fx.Node]:
@@ -142,7 +164,7 @@ def alias_root(node: fx.Node) -> fx.Node:
         if node.target is operator.getitem:  # an element of a multi-output op's result
             node = node.args[0]
             continue
-        if not _cached(_result_aliases_self, node.target):  # in-place results alias self too
+        if not _result_aliases_self(node.target):  # in-place results alias self too
             break
         node = node.args[0]
         seen += 1
@@ -151,10 +173,18 @@ def alias_root(node: fx.Node) -> fx.Node:
     return node
 
 
+def mutating_nodes(graph: fx.Graph) -> list[fx.Node]:
+    """The nodes of ``graph`` for which ``mutates`` is True, in graph order."""
+    # Asked per distinct op rather than per node: most graphs have a few dozen ops and no mutation.
+    found = nodes_calling_any(graph, target_mutates)
+    in_place_methods = [n for n in graph.find_nodes(op="call_method") if mutates(n)]
+    return sorted(found + in_place_methods) if in_place_methods else found
+
+
 def mutated_roots(graph: fx.Graph) -> set[fx.Node]:
     """Base tensors that some node in ``graph`` writes to, directly or through a view."""
     roots: set[fx.Node] = set()
-    for node in graph.nodes:
+    for node in mutating_nodes(graph):
         for arg in mutated_args(node):
             roots.add(alias_root(arg))
     return roots

@@ -20,7 +20,14 @@ import torch
 import torch.fx as fx
 from torch._ops import OpOverload
 
-from .effects import alias_root, is_random, mutated_roots, mutates
+from .effects import (
+    alias_root,
+    mutated_roots,
+    mutating_nodes,
+    target_is_random,
+    target_mutates,
+)
+from .graph_queries import nodes_calling_any
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +50,16 @@ def _key_of(value: Any) -> Hashable:
         return (kind, value)
     if kind in _SEQUENCES:
         return ("seq", tuple(map(_key_of, value)))
+    if kind is float:
+        return ("float", repr(value))  # as _key_of_other does
+    if value is None:
+        return ("NoneType", None)
     return _key_of_other(value)
+
+
+def _key_of_kwargs(kwargs: dict[str, Any]) -> Hashable:
+    """``_key_of(dict(kwargs))`` without the copy (FX kwargs are an ``immutable_dict``)."""
+    return ("dict", tuple(sorted((k, _key_of(v)) for k, v in kwargs.items())))
 
 
 def _key_of_other(value: Any) -> Hashable:
@@ -69,46 +85,95 @@ def _key_of_other(value: Any) -> Hashable:
     raise _Unhashable(type(value).__name__)
 
 
-def _mergeable(node: fx.Node) -> bool:
-    if node.op != "call_function":
-        return False
-    if node.target is operator.getitem:
+def _mergeable(target: object) -> bool:
+    """Whether nodes calling ``target`` may be merged (pure ATen/prims ops and ``getitem``)."""
+    if target is operator.getitem:
         return True
-    target = node.target
     if not isinstance(target, OpOverload) or target.namespace not in _NAMESPACES:
         return False
-    return not (mutates(node) or is_random(node))
+    return not (target_mutates(target) or target_is_random(target))
 
 
 def _feeds_output(node: fx.Node) -> bool:
     return any(user.op == "output" for user in node.users)
 
 
+def _key(node: fx.Node) -> Hashable | None:
+    """Equal only for nodes that compute the same value; None if an argument cannot be keyed."""
+    try:
+        kwargs = _key_of_kwargs(node.kwargs) if node.kwargs else None
+        # NOTE: the target by identity (targets compare by identity anyway): hashing an
+        # OpOverload runs Python code.
+        key = (id(node.target), _key_of(node.args), kwargs)
+        hash(key)
+    except (_Unhashable, TypeError):
+        return None
+    return key
+
+
+_NOT_BUILT = object()
+
+
+class _Seen:
+    """The nodes seen since the last mutation, to find an earlier node equal to a new one.
+
+    Building a node's full key was most of this pass's time, and most nodes have no twin. Equal
+    nodes share their target and first argument, so nodes are grouped by those first, and a
+    node's full key is built only once another node lands in its group.
+    """
+
+    def __init__(self) -> None:
+        self._groups: dict[tuple[int, fx.Node | None], list[list[Any]]] = {}
+
+    def clear(self) -> None:
+        self._groups.clear()
+
+    def find_or_add(self, node: fx.Node) -> fx.Node | None:
+        """The earliest remembered node equal to ``node``; if there is none, remember ``node``
+        (unless it has no key) and return None."""
+        first = node.args[0] if node.args else None
+        group_key = (id(node.target), first if type(first) is fx.Node else None)
+        group = self._groups.get(group_key)
+        if group is None:
+            self._groups[group_key] = [[node, _NOT_BUILT]]
+            return None
+        key = _key(node)
+        if key is None:
+            return None
+        for entry in group:  # [node, its key], oldest first
+            if entry[1] is _NOT_BUILT:
+                entry[1] = _key(entry[0])  # its arguments are unchanged since it was seen
+            if entry[1] == key:
+                return entry[0]
+        group.append([node, key])
+        return None
+
+
 def eliminate_common_subexpressions(gm: fx.GraphModule) -> bool:
-    seen: dict[Hashable, fx.Node] = {}
-    written = mutated_roots(gm.graph)
+    seen = _Seen()
+    graph = gm.graph
+    written = mutated_roots(graph)
+    mutations = mutating_nodes(graph)
+    # Only mergeable nodes and mutations matter, in graph order; every other node is skipped.
+    candidates = nodes_calling_any(graph, _mergeable)
+    if mutations:
+        candidates = sorted(candidates + mutations)
+    mutation_set = set(mutations)
     merged = 0
-    for node in list(gm.graph.nodes):
-        if mutates(node):
+    for node in candidates:
+        if node in mutation_set:
             seen.clear()  # values computed before a write may differ from the same op after it
             continue
         # A value that is later written to (directly or through a view) must keep its own buffer.
-        if not _mergeable(node) or alias_root(node) in written:
+        if written and alias_root(node) in written:
             continue
-        try:
-            kwargs = _key_of(dict(node.kwargs)) if node.kwargs else None
-            key = (node.target, _key_of(node.args), kwargs)
-            hash(key)
-        except (_Unhashable, TypeError):
-            continue
-        prior = seen.get(key)
+        prior = seen.find_or_add(node)
         if prior is None:
-            seen[key] = node
             continue
         if _feeds_output(node) and _feeds_output(prior):
             continue  # two outputs must not become one tensor object the caller sees twice
         node.replace_all_uses_with(prior)
-        gm.graph.erase_node(node)
+        graph.erase_node(node)
         merged += 1
     log.debug("eliminate_common_subexpressions: merged %d nodes", merged)
     return merged > 0

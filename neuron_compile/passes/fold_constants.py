@@ -15,6 +15,8 @@ lower to a constant or an iota, which is as cheap as a folded literal. Replaced 
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import logging
 from typing import Any
 
@@ -53,10 +55,18 @@ def _foldable_op(node: fx.Node) -> bool:
     return not any(part in name for part in _UNSPECIFIED_NAME_PARTS)
 
 
+#: Types ``_is_literal`` accepts, matched exactly first (what ATen arguments almost always are);
+#: subclasses go through the isinstance checks.
+_LITERAL_TYPES = frozenset(
+    {fx.Node, bool, int, float, complex, str, type(None)}
+    | {torch.dtype, torch.device, torch.layout, torch.memory_format}
+)
+
+
 def _is_literal(value: Any) -> bool:
     """Arguments that are constants themselves (SymInts are not: they come from inputs). Nodes
     count here; whether they are constant is checked separately."""
-    if isinstance(value, fx.Node):
+    if type(value) in _LITERAL_TYPES or isinstance(value, fx.Node):
         return True
     if isinstance(value, list | tuple):
         return all(_is_literal(v) for v in value)
@@ -73,49 +83,124 @@ def _is_literal(value: Any) -> bool:
 
 
 def _constant_nodes(gm: fx.GraphModule) -> dict[fx.Node, torch.Tensor]:
-    """Every node whose value is known at compile time, with that value (evaluated eagerly)."""
-    values: dict[fx.Node, torch.Tensor] = {}
-    # A buffer the graph writes to (a BatchNorm running stat) is not a constant: its value
-    # depends on where in the graph it is read.
-    written = mutated_roots(gm.graph)
-    # Leave fake mode (the compiler callback runs under it), autocast (a caller's autocast region
-    # would change the dtypes the graph already fixed) and autograd.
-    with _disable_current_modes(), torch.autocast("cpu", enabled=False), torch.no_grad():
-        for node in gm.graph.nodes:
-            if node.op == "get_attr":
-                attr = getattr(gm, node.target, None)
-                # Only small constants: their values are part of the FX index key
-                # (cache/fx_index.py), so a folded result baked into the module can never be
-                # served for a graph whose big constant holds other values.
-                if is_inline_constant(attr) and node not in written:
-                    values[node] = attr
-                continue
-            # Cheap test first: almost every node depends on a graph input.
-            if any(n not in values for n in node.all_input_nodes) or not _foldable_op(node):
-                continue
-            numel = _numel(node)
-            if (
-                not _is_literal([node.args, node.kwargs])
-                or numel is None
-                or numel > _MAX_EVALUATED_ELEMENTS
-            ):
-                continue
-            args = fx.node.map_arg(node.args, lambda n: values[n])
-            kwargs = fx.node.map_arg(node.kwargs, lambda n: values[n])
-            try:
-                result = node.target(*args, **kwargs)
-            except Exception as e:  # an op that cannot run on CPU here simply stays
-                log.debug("fold_constants: cannot evaluate %s (%s)", node.name, e)
-                continue
-            val = node.meta["val"]
-            if (
-                not isinstance(result, torch.Tensor)
-                or result.dtype != val.dtype
-                or tuple(result.shape) != tuple(val.shape)
-            ):
-                continue
-            values[node] = result
-    return values
+    """Every node whose value is known at compile time, with that value (evaluated eagerly), in
+    graph order; except creation ops (no input nodes) that some node reads but no constant node
+    does: those are never folded and never erased, so evaluating them would be wasted work."""
+    # Almost every node depends on a graph input, so rather than test each node, start from the
+    # nodes that read none (get_attrs, creation ops) and visit a node only once one of its inputs
+    # turned out constant. A heap pops them in graph order (nodes compare by position, and users
+    # come after their inputs), so each node's inputs are all decided when it is visited.
+    pending = [
+        n
+        for n in gm.graph.nodes
+        if n.op == "get_attr" or (n.op == "call_function" and not n.all_input_nodes)
+    ]
+    queued = set(pending)
+    with _Evaluator(gm, reads_buffers=any(n.op == "get_attr" for n in pending)) as evaluator:
+        while pending:
+            node = heapq.heappop(pending)
+            if evaluator.visit(node):
+                for user in node.users:
+                    if user not in queued:
+                        queued.add(user)
+                        heapq.heappush(pending, user)
+    # Creation ops evaluated on demand joined late: restore graph order (fold_constants erases
+    # users before their inputs by walking it backwards).
+    return dict(sorted(evaluator.values.items(), key=lambda item: item[0]))
+
+
+class _Evaluator(contextlib.ExitStack):
+    """Decides, node by node in graph order, which nodes are constant, and evaluates them.
+
+    A creation op (``scalar_tensor``, ``full``: no input nodes) that other nodes read is only
+    *deferred*: it is evaluated once a node reading it is about to be evaluated. Backward graphs
+    have many whose readers also read graph inputs, and each evaluation costs tens of µs.
+    """
+
+    def __init__(self, gm: fx.GraphModule, *, reads_buffers: bool) -> None:
+        super().__init__()
+        self.gm = gm
+        self.values: dict[fx.Node, torch.Tensor] = {}
+        self.deferred: set[fx.Node] = set()
+        # A buffer the graph writes to (a BatchNorm running stat) is not a constant: its value
+        # depends on where in the graph it is read.
+        self.written = mutated_roots(gm.graph) if reads_buffers else set()
+        self.evaluating = False
+        self._foldable_targets: dict[int, bool] = {}
+
+    def visit(self, node: fx.Node) -> bool:
+        """True if ``node`` is constant (evaluated, or deferred)."""
+        if node.op == "get_attr":
+            attr = getattr(self.gm, node.target, None)
+            # Only small constants: their values are part of the FX index key
+            # (cache/fx_index.py), so a folded result baked into the module can never be
+            # served for a graph whose big constant holds other values.
+            if is_inline_constant(attr) and node not in self.written:
+                self.values[node] = attr
+                return True
+            return False
+        inputs = node.all_input_nodes
+        if any(n not in self.values and n not in self.deferred for n in inputs):
+            return False
+        if not self._evaluable(node):
+            return False
+        if not inputs and node.users:
+            self.deferred.add(node)
+            return True
+        for n in inputs:  # deferred inputs are needed now
+            if n in self.deferred and not self._evaluate(n):
+                return False
+        return self._evaluate(node)
+
+    def _evaluate(self, node: fx.Node) -> bool:
+        self.deferred.discard(node)
+        if not self.evaluating:
+            # Entered only once something is evaluated: entering them costs about as much as the
+            # rest of the pass on a graph with nothing to fold.
+            self._leave_compile_modes()
+            self.evaluating = True
+        args = fx.node.map_arg(node.args, lambda n: self.values[n])
+        kwargs = fx.node.map_arg(node.kwargs, lambda n: self.values[n])
+        try:
+            result = node.target(*args, **kwargs)
+        except Exception as e:  # an op that cannot run on CPU here simply stays
+            log.debug("fold_constants: cannot evaluate %s (%s)", node.name, e)
+            return False
+        val = node.meta["val"]
+        if (
+            not isinstance(result, torch.Tensor)
+            or result.dtype != val.dtype
+            or tuple(result.shape) != tuple(val.shape)
+        ):
+            return False
+        self.values[node] = result
+        return True
+
+    def _leave_compile_modes(self) -> None:
+        """Until the evaluator closes, leave fake mode (the compiler callback runs under it),
+        autocast (a caller's autocast region would change the dtypes the graph already fixed) and
+        autograd."""
+        self.enter_context(_disable_current_modes())
+        self.enter_context(torch.autocast("cpu", enabled=False))
+        self.enter_context(torch.no_grad())
+
+    def _evaluable(self, node: fx.Node) -> bool:
+        """Whether ``node`` may be evaluated once its inputs are constant."""
+        if node.op != "call_function":
+            return False
+        # _foldable_op depends on the target alone (and on torch's effect registrations, which
+        # do not change during a pass); it is the slowest of these checks.
+        foldable = self._foldable_targets.get(id(node.target))
+        if foldable is None:
+            foldable = self._foldable_targets[id(node.target)] = _foldable_op(node)
+        if not foldable:
+            return False
+        numel = _numel(node)
+        return (
+            _is_literal([node.args, node.kwargs])
+            and numel is not None
+            and numel <= _MAX_EVALUATED_ELEMENTS
+        )
 
 
 def _new_buffer_name(gm: fx.GraphModule) -> str:

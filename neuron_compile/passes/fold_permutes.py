@@ -14,9 +14,14 @@ import logging
 import torch
 import torch.fx as fx
 
+from .graph_edits import call_before
+from .graph_queries import nodes_calling
+
 log = logging.getLogger(__name__)
 
 aten = torch.ops.aten
+#: The targets ``permutation_of`` understands.
+_TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
 
 
 def permutation_of(node: fx.Node) -> list[int] | None:
@@ -61,7 +66,7 @@ def _can_drop(node: fx.Node, src: fx.Node) -> bool:
 def fold_permutes(gm: fx.GraphModule) -> bool:
     folded = dropped = 0
     graph = gm.graph
-    for node in list(graph.nodes):
+    for node in nodes_calling(graph, _TRANSPOSES):
         perm = permutation_of(node)
         if perm is None:
             continue
@@ -69,9 +74,7 @@ def fold_permutes(gm: fx.GraphModule) -> bool:
         inner = permutation_of(src)
         if inner is not None and len(inner) == len(perm):
             composed = [inner[i] for i in perm]
-            with graph.inserting_before(node):
-                new = graph.call_function(aten.permute.default, (src.args[0], composed))
-            new.meta = dict(node.meta)
+            new = call_before(node, aten.permute.default, (src.args[0], composed), node.meta)
             node.replace_all_uses_with(new)
             graph.erase_node(node)
             if not src.users:

@@ -28,7 +28,8 @@ from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .effects import alias_root, mutated_args
+from .effects import alias_root, mutated_args, target_mutates
+from .graph_queries import nodes_calling_any
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,14 @@ def functional_variant(op: OpOverload) -> OpOverload | None:
         (a.name, str(a.type), a.kwarg_only) for a in fschema.arguments
     ]
     return variant if same_args else None
+
+
+def _has_functional_variant(target: object) -> bool:
+    # target_mutates is cached and answers False for almost every op, so the schema reads in
+    # functional_variant run for in-place ops only.
+    if not isinstance(target, OpOverload) or not target_mutates(target):
+        return False
+    return functional_variant(target) is not None
 
 
 def _derived_from(node: fx.Node, source: fx.Node) -> bool:
@@ -119,9 +128,8 @@ def _same_result(node: fx.Node, variant: OpOverload) -> bool:
 def functionalize_inplace(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     rewritten = 0
-    for node in list(graph.nodes):
-        if node.op != "call_function" or not isinstance(node.target, OpOverload):
-            continue
+    # Only in-place ops with a functional twin can be rewritten; most graphs have none.
+    for node in nodes_calling_any(graph, _has_functional_variant):
         variant = functional_variant(node.target)
         if variant is None or mutated_args(node) != [node.args[0]]:
             continue

@@ -21,6 +21,7 @@ import torch
 import torch.fx as fx
 
 from .effects import alias_root, mutated_roots
+from .graph_queries import nodes_calling
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +50,22 @@ _TO_COPY_KWARGS = {"dtype", "layout", "device", "memory_format", "non_blocking"}
 
 def _same_ints(a: object, b: object) -> bool:
     # NOTE: compares symbolic sizes by their expression text, so no shape guard is installed.
-    return len(a) == len(b) and all(str(x) == str(y) for x, y in zip(a, b, strict=True))
+    # Plain ints (almost every size) compare directly: the same answer, without two str() calls.
+    return len(a) == len(b) and all(
+        x == y if type(x) is int and type(y) is int else str(x) == str(y)
+        for x, y in zip(a, b, strict=True)
+    )
 
 
 def _same_meta(a: fx.Node, b: fx.Node, *, strides: bool = False) -> bool:
     va, vb = a.meta.get("val"), b.meta.get("val")
     if not (isinstance(va, torch.Tensor) and isinstance(vb, torch.Tensor)):
         return False
-    if va.dtype != vb.dtype or va.device != vb.device or va.layout != vb.layout:
-        return False
+    # Shape first: most views change it, so this fails earliest (tensor attribute reads on fake
+    # tensors are slow enough to matter here).
     if not _same_ints(va.shape, vb.shape):
+        return False
+    if va.dtype != vb.dtype or va.device != vb.device or va.layout != vb.layout:
         return False
     return not strides or va.layout != torch.strided or _same_ints(va.stride(), vb.stride())
 
@@ -85,7 +92,7 @@ def _feeds_output(node: fx.Node) -> bool:
 def remove_noops(gm: fx.GraphModule) -> bool:
     written = mutated_roots(gm.graph)
     removed = 0
-    for node in list(gm.graph.nodes):
+    for node in nodes_calling(gm.graph, _VIEWS | _COPIES):
         if not _is_noop(node, written):
             continue
         src = node.args[0]

@@ -33,6 +33,7 @@ Matched forms (``*`` and ``+`` in any operand order and association):
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections import Counter
@@ -44,6 +45,8 @@ import torch
 import torch.fx as fx
 
 from ..ops import fused  # noqa: F401  (registers torch.ops.neuron_compile.*)
+from .graph_edits import call_before
+from .graph_queries import nodes_calling
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +197,18 @@ def _square_of(node: fx.Node, x: fx.Node) -> list[fx.Node] | None:
 
 
 # ---- patterns ---------------------------------------------------------------------------------
+@dataclass
+class _Site:
+    """The node the patterns are tried at. Every ``*`` pattern starts by flattening it, so its
+    product is computed once for all of them (the graph does not change while they are tried)."""
+
+    node: fx.Node
+
+    @functools.cached_property
+    def product(self) -> _Product | None:
+        return _product(self.node)
+
+
 def _softmax_dim_qualifies(dim: object, rank: int) -> bool:
     """neuronx-cc's softmax kernels reduce along the free (last) axis of their SBUF layout; a
     softmax over another dim would need a transpose around the call, which the plain
@@ -205,8 +220,9 @@ def _rank(node: fx.Node) -> int:
     return node.meta["val"].dim()
 
 
-def _single_node(node: fx.Node) -> _Match | None:
+def _single_node(site: _Site) -> _Match | None:
     """ATen ops AOTAutograd keeps whole for trn targets (and core ATen's softmax and gelu)."""
+    node = site.node
     if _is(node, aten._softmax.default):
         x, dim, half_to_float = node.args[:3]
         if not half_to_float and _softmax_dim_qualifies(dim, _rank(node)):
@@ -227,9 +243,9 @@ def _single_node(node: fx.Node) -> _Match | None:
     return None
 
 
-def _silu(node: fx.Node) -> _Match | None:
+def _silu(site: _Site) -> _Match | None:
     """``x * sigmoid(x)``."""
-    prod = _product(node) if _is(node, *_MUL) else None
+    prod = site.product if _is(site.node, *_MUL) else None
     if prod is None or prod.coef != 1.0 or len(prod.factors) != 2:
         return None
     for sig in prod.factors:
@@ -238,10 +254,10 @@ def _silu(node: fx.Node) -> _Match | None:
     return None
 
 
-def _gelu_halves(node: fx.Node, unary: Any) -> tuple[fx.Node, fx.Node, list[fx.Node]] | None:
+def _gelu_halves(site: _Site, unary: Any) -> tuple[fx.Node, fx.Node, list[fx.Node]] | None:
     """``0.5 * x * (1 + unary(...))``: return ``(x, the unary node, interior so far)``; the
     caller checks that the unary's argument is a function of ``x``."""
-    prod = _product(node) if _is(node, *_MUL, *_DIV) else None
+    prod = site.product if _is(site.node, *_MUL, *_DIV) else None
     if prod is None or not _near(prod.coef, 0.5) or len(prod.factors) != 2:
         return None
     for one_plus in prod.factors:
@@ -252,9 +268,9 @@ def _gelu_halves(node: fx.Node, unary: Any) -> tuple[fx.Node, fx.Node, list[fx.N
     return None
 
 
-def _gelu_erf(node: fx.Node) -> _Match | None:
+def _gelu_erf(site: _Site) -> _Match | None:
     """``0.5 * x * (1 + erf(x / sqrt(2)))``."""
-    halves = _gelu_halves(node, aten.erf.default)
+    halves = _gelu_halves(site, aten.erf.default)
     if halves is None:
         return None
     x, erf, interior = halves
@@ -264,9 +280,9 @@ def _gelu_erf(node: fx.Node) -> _Match | None:
     return _Match(nc.gelu.default, (x, "none"), [*interior, erf, *scaled[1]])
 
 
-def _gelu_tanh(node: fx.Node) -> _Match | None:
+def _gelu_tanh(site: _Site) -> _Match | None:
     """``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x³)))``."""
-    halves = _gelu_halves(node, aten.tanh.default)
+    halves = _gelu_halves(site, aten.tanh.default)
     if halves is None:
         return None
     x, tanh, interior = halves
@@ -282,9 +298,9 @@ def _gelu_tanh(node: fx.Node) -> _Match | None:
     return _Match(nc.gelu.default, (x, "tanh"), interior)
 
 
-def _rms_norm(node: fx.Node) -> _Match | None:
+def _rms_norm(site: _Site) -> _Match | None:
     """``x * rsqrt(mean(x², [-1], keepdim=True) + eps) [* weight]``."""
-    prod = _product(node) if _is(node, *_MUL) else None
+    prod = site.product if _is(site.node, *_MUL) else None
     if prod is None or prod.coef != 1.0 or len(prod.factors) not in (2, 3):
         return None
     rsqrt = next((f for f in prod.factors if _is(f, aten.rsqrt.default)), None)
@@ -320,11 +336,11 @@ def _rms_norm(node: fx.Node) -> _Match | None:
     return _Match(nc.rms_norm.default, (x, weight, eps), interior)
 
 
-Pattern = Callable[[fx.Node], "_Match | None"]
+Pattern = Callable[[_Site], "_Match | None"]
 
 #: The patterns that can match at a node, by the node's target, tried in order (outputs first:
 #: ``rewrite_neuron_calls`` walks the graph backwards, so a weighted RMSNorm is seen before its
-#: unweighted inner product). Every other node is skipped with one dict lookup.
+#: unweighted inner product). Only nodes calling one of these targets are visited.
 _SINGLE_NODE_TARGETS = (
     aten._softmax.default,
     aten._softmax_backward_data.default,
@@ -338,6 +354,38 @@ _PATTERNS_AT: dict[Any, tuple[Pattern, ...]] = {
     **dict.fromkeys(_MUL, (_silu, _gelu_erf, _gelu_tanh, _rms_norm)),
     **dict.fromkeys(_DIV, (_gelu_erf, _gelu_tanh)),
 }
+#: The op a decomposed pattern cannot match without (its nonlinearity). A graph without it skips
+#: the pattern (most graphs have few of these ops), and rewriting never adds one.
+_ANCHOR_OF: dict[Pattern, Any] = {
+    _silu: aten.sigmoid.default,
+    _gelu_erf: aten.erf.default,
+    _gelu_tanh: aten.tanh.default,
+    _rms_norm: aten.rsqrt.default,
+}
+
+
+def _patterns_for(graph: fx.Graph) -> dict[Any, tuple[Pattern, ...]]:
+    """``_PATTERNS_AT`` without the patterns whose anchor op ``graph`` does not call (shared
+    between graphs: read only)."""
+    absent = frozenset(
+        anchor
+        for anchor in _ANCHORS
+        if not graph.find_nodes(op="call_function", target=anchor, sort=False)
+    )
+    return _patterns_without(absent)
+
+
+_ANCHORS = tuple(dict.fromkeys(_ANCHOR_OF.values()))
+
+
+@functools.cache
+def _patterns_without(absent: frozenset[Any]) -> dict[Any, tuple[Pattern, ...]]:
+    patterns_at = {}
+    for target, patterns in _PATTERNS_AT.items():
+        kept = tuple(p for p in patterns if _ANCHOR_OF.get(p) not in absent)
+        if kept:
+            patterns_at[target] = kept
+    return patterns_at
 
 
 # ---- legality and rewriting -------------------------------------------------------------------
@@ -367,8 +415,7 @@ def _rewrite(graph: fx.Graph, output: fx.Node, match: _Match) -> bool:
     # running the op's fake impl instead costs ~1 ms per node (the matchers are tested for
     # numerics, which would catch a type change).
     val = output.meta["val"]
-    with graph.inserting_before(output):
-        new = graph.call_function(match.op, match.args)
+    new = call_before(output, match.op, match.args)
     new.meta["val"] = val
     for key in ("stack_trace", "nn_module_stack"):
         if key in output.meta:
@@ -391,11 +438,13 @@ def rewrite_neuron_calls(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     erased: set[fx.Node] = set()
     done: Counter[str] = Counter()
-    for node in reversed(list(graph.nodes)):
-        if node in erased or node.op != "call_function" or "val" not in node.meta:
+    patterns_at = _patterns_for(graph)
+    for node in reversed(nodes_calling(graph, patterns_at)):
+        if node in erased or "val" not in node.meta:
             continue
-        for pattern in _PATTERNS_AT.get(node.target, ()):
-            match = pattern(node)
+        site = _Site(node)
+        for pattern in patterns_at[node.target]:
+            match = pattern(site)
             if match is None:
                 continue
             why = _why_not(node, match)

@@ -27,6 +27,8 @@ import torch.fx as fx
 
 from ..ops import dot_general as _dot_general_op  # noqa: F401  (registers the op)
 from .fold_permutes import permutation_of
+from .graph_edits import call_before
+from .graph_queries import nodes_calling
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ aten = torch.ops.aten
 DOT_GENERAL = torch.ops.neuron_compile.dot_general.default
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+_MATMULS = (aten.addmm.default, aten.mm.default, aten.bmm.default)
 
 
 def _operand(
@@ -67,7 +70,7 @@ def _dies_with(node: fx.Node, user: fx.Node) -> bool:
 def sink_transposes(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     sunk = erased = 0
-    for node in list(graph.nodes):
+    for node in nodes_calling(graph, _MATMULS):
         bias = None
         if node.op == "call_function" and node.target is aten.addmm.default:
             # A linear layer's forward: addmm(bias, x, t(w)). Split into dot_general + add only
@@ -93,15 +96,11 @@ def sink_transposes(gm: fx.GraphModule) -> bool:
         if not (lhs_sunk or rhs_sunk):
             continue
         args = (lhs, rhs, lc, rc, lb, rb)
-        with graph.inserting_before(node):
-            new = graph.call_function(DOT_GENERAL, args)
         # Same value as the matmul it replaces, so it keeps the matmul's fake value (running the
         # op's fake implementation instead costs ~1 ms per node).
-        new.meta = dict(node.meta)
+        new = call_before(node, DOT_GENERAL, args, node.meta)
         if bias is not None:  # bias + a @ b, with the addmm's value (same shape and dtype)
-            with graph.inserting_after(new):
-                new = graph.call_function(aten.add.Tensor, (new, bias))
-            new.meta = dict(node.meta)
+            new = call_before(new.next, aten.add.Tensor, (new, bias), node.meta)
         node.replace_all_uses_with(new)
         graph.erase_node(node)
         sunk += 1

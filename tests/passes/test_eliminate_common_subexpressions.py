@@ -169,3 +169,20 @@ def test_multi_output_op_whose_element_is_written_is_not_merged():
     a, b = gm(x)
     torch.testing.assert_close(a, x.max(0)[0])
     torch.testing.assert_close(b, a + 1)
+
+
+def test_merges_into_the_first_equal_node_among_same_target_and_input():
+    def body(g, x):
+        first = g.call_function(aten.add.Tensor, (x, 1))
+        other = g.call_function(aten.add.Tensor, (x, 2))
+        again = g.call_function(aten.add.Tensor, (x, 1))
+        return g.call_function(
+            aten.mul.Tensor, (g.call_function(aten.mul.Tensor, (first, other)), again)
+        )
+
+    gm = build(1, body)
+    assert cse(gm) is True
+    adds = [n for n in gm.graph.nodes if n.target is aten.add.Tensor]
+    assert [n.args for n in adds] == [(adds[0].args[0], 1), (adds[0].args[0], 2)]
+    (outer,) = [n for n in gm.graph.nodes if n.target is aten.mul.Tensor and n.args[1] is adds[0]]
+    assert outer.args[0].args == (adds[0], adds[1])

@@ -198,3 +198,39 @@ def test_big_graph_constant_is_never_folded_into_the_module():
                 n.meta["val"] = torch.empty(()) if n.target is aten.sum.default else None
     assert index_key(ones, "portable", {}) == index_key(twos, "portable", {})
     assert fold_constants(ones) is False and fold_constants(twos) is False
+
+
+def test_creation_ops_read_only_with_graph_inputs_are_not_evaluated(monkeypatch):
+    from neuron_compile.passes.fold_constants import _Evaluator
+
+    evaluated: list[str] = []
+    evaluate = _Evaluator._evaluate
+
+    def spy(self, node):
+        evaluated.append(str(node.target))
+        return evaluate(self, node)
+
+    monkeypatch.setattr(_Evaluator, "_evaluate", spy)
+
+    def fn(x):
+        return x * torch.full((), 3.0) + torch.arange(4.0).exp()
+
+    x = torch.randn(4)
+    gm = trace_aten(fn, x)
+    assert fold_constants(gm) is True
+    gm.recompile()
+    assert "aten.full.default" not in evaluated  # mul(x, full) can never be constant
+    assert {"aten.arange.start_step", "aten.exp.default"} <= set(evaluated)
+    assert count(gm, aten.full.default) == 1 and count(gm, aten.exp.default) == 0
+    torch.testing.assert_close(gm(x), fn(x))
+
+
+def test_unused_creation_op_is_erased():
+    def body(g, x):
+        unused = g.call_function(aten.full.default, ([2], 1.0))
+        unused.meta["val"] = torch.empty(2)
+        return g.call_function(aten.neg.default, (x,))
+
+    gm = build(1, body)
+    assert fold_constants(gm) is True
+    assert targets(gm) == [aten.neg.default]
