@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import operator
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -131,6 +132,7 @@ class _FastPlan:
             + [array for _, array in staged.values()]
         )
         self.staging = [(graph._inputs[s][0], buf) for s, (buf, _) in staged.items()]
+        self.busy = threading.Lock() if self.staging else None  # held while staging is in use
         self.saved_args = gather([graph._inputs[s][0] for s in saved])
         order = saved + aliased + static + list(staged) + self.other
         where = {slot: i for i, slot in enumerate(order)}
@@ -293,7 +295,21 @@ class CompiledGraph:
         if self.count_calls:
             self.record.calls += 1
         fast = self._fast
-        arguments = fast.arguments_of(self, args) if fast is not None else None
+        if fast is None:
+            return self._call_general(args)
+        if fast.busy is None:
+            return self._call_planned(fast, args)
+        # Staging buffers are the plan's: a call made while another thread's call of this graph
+        # is using them takes the general path (own buffers) rather than waiting.
+        if not fast.busy.acquire(blocking=False):
+            return self._call_general(args)
+        try:
+            return self._call_planned(fast, args)
+        finally:
+            fast.busy.release()
+
+    def _call_planned(self, fast: _FastPlan, args: list[Any]) -> list[Any]:
+        arguments = fast.arguments_of(self, args)
         if arguments is None:
             return self._call_general(args)
         inputs = list(self._passthrough_args(args))

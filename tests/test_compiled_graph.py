@@ -183,3 +183,30 @@ def test_small_float_inputs_are_staged_and_gradients_match(paths, monkeypatch):
     buffers = [buf for plan in plans for _, buf in plan.staging]
     assert buffers and not any(buf.requires_grad for buf in buffers)
     assert paths["planned"] == 4
+
+
+def test_threads_calling_one_graph_never_share_a_staging_buffer(paths):
+    import threading
+
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(1000, 64)
+    run = torch.compile(lambda ids: emb(ids).sum(-1), backend="neuron")
+    with torch.no_grad(), pytest.warns(UserWarning, match="int64"):
+        run(torch.zeros(4, 64, dtype=torch.int64))
+    errors = []
+
+    def worker(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for _ in range(40):
+                ids = torch.randint(0, 1000, (4, 64), generator=gen)
+                if not torch.allclose(run(ids), emb(ids).sum(-1), rtol=1e-4, atol=1e-4):
+                    errors.append(seed)
+
+    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert paths["planned"] > 0
