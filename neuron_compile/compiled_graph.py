@@ -28,7 +28,7 @@ from .errors import BUG_HINT, ExecutorError
 from .lowering.context import canonical_dtype
 from .lowering.lower_graph import LoweredGraph
 from .metrics import GraphRecord
-from .saved import SavedLink, externally_observed, new_token, token_arrays, token_holding
+from .saved import SavedLink, externally_observed, token_arrays, token_holding
 
 #: Largest input of unchanged dtype that a call copies into a staging buffer.
 STAGE_BYTES = 1 << 16
@@ -97,7 +97,7 @@ class _OutputPlan:
 
 
 class _FastPlan:
-    """Where each ``@main`` argument comes from, and how outputs are rebuilt (module docstring)."""
+    """Where each ``@main`` argument comes from (module docstring)."""
 
     def __init__(self, graph: CompiledGraph) -> None:
         slots = graph._param_slots
@@ -106,19 +106,6 @@ class _FastPlan:
         saved = graph._saved_slots
         static = [s for s, (_, const, _) in enumerate(graph._inputs) if const is not None]
         exe = graph._exe
-        self.plain = _OutputPlan(
-            graph._outputs, graph.lowered.num_results, len(graph._passthrough), None
-        )
-        self.resident = None
-        if graph._keep is not None:
-            export = [i for i, kept in enumerate(graph._keep) if not kept]
-            self.resident = _OutputPlan(
-                graph._resident_outputs,
-                graph.lowered.num_results,
-                len(graph._passthrough),
-                export,
-                graph._num_saved,
-            )
         staged = self._stageable(graph, {*aliased, *saved, *static})
         taken = {*aliased, *saved, *static, *staged}
         self.other = [s for s in range(len(slots)) if s not in taken]
@@ -148,7 +135,7 @@ class _FastPlan:
         Only when every call hands some result to torch, which waits for the execution: the
         buffer is never overwritten while an execution still reads it.
         """
-        plans = [p for p in (self.plain, self.resident) if p is not None]
+        plans = [p for p in (graph._plain_out, graph._resident_out) if p is not None]
         if not all(p.export is None or p.export for p in plans) or not graph.lowered.num_results:
             return {}
         staged = {}
@@ -218,17 +205,22 @@ class CompiledGraph:
                 )
                 for spec in lowered.inputs
             ]
-        self._outputs = [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs]
         # Parameters' XLA aliases between calls (see XlaCpuExecutable); per graph, not per
         # executable, because executables are shared by identical graphs of different models.
         self._param_slots: list[Any] = [None] * len(lowered.inputs)
         self._passthrough = [o.index for o in lowered.outputs if o.kind == "input"]
         self._passthrough_args = gather(self._passthrough)
+        # How outputs are rebuilt from the results, on every path.
+        self._plain_out = _OutputPlan(
+            [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs],
+            lowered.num_results,
+            len(self._passthrough),
+            None,
+        )
         # Saved activations kept on the device (neuron_compile/saved.py). Forward: per result,
-        # True if it stays an executor array; ``_resident_outputs`` is the plan used then.
+        # True if it stays an executor array; ``_resident_out`` rebuilds the outputs then.
         self._keep: list[bool] | None = None
-        self._resident_outputs: list[tuple[str, int, Any, Any]] = []
-        self._num_saved = 0
+        self._resident_out: _OutputPlan | None = None
         # Backward: which argument holds the forward's token, and the argument slots that
         # take saved values from it (saved value i is graph input i).
         self._token_arg: int | None = None
@@ -248,7 +240,7 @@ class CompiledGraph:
         num_saved = len(outputs) - link.num_fwd_outputs
         user_results = {o.index for o in outputs[: link.num_fwd_outputs] if o.kind == "result"}
         resident = []
-        plan = list(self._outputs)
+        plan = [(o.kind, o.index, o.dtype, o.value) for o in outputs]
         keep = [False] * self.lowered.num_results
         for pos in range(link.num_fwd_outputs, len(outputs)):
             o = outputs[pos]
@@ -259,7 +251,11 @@ class CompiledGraph:
         if not resident:
             return
         link.resident = tuple(resident)
-        self._keep, self._resident_outputs, self._num_saved = keep, plan, num_saved
+        self._keep = keep
+        export = [i for i, kept in enumerate(keep) if not kept]
+        self._resident_out = _OutputPlan(
+            plan, self.lowered.num_results, len(self._passthrough), export, num_saved
+        )
         self._fast = None
 
     def read_saved_from(self, link: SavedLink) -> None:
@@ -314,13 +310,18 @@ class CompiledGraph:
             return self._call_general(args)
         inputs = list(self._passthrough_args(args))
         args.clear()  # boxed convention: let the caller's references go before we run
-        resident = fast.resident is not None and not externally_observed()
-        plan = fast.resident if resident else fast.plain
+        plan = self._output_plan()
         try:
             results = self._exe.run(arguments, plan.export, self._register_outputs)
         except Exception as e:
             raise self._failed(e) from e
         return plan.assemble(results, inputs)
+
+    def _output_plan(self) -> _OutputPlan:
+        """Resident saved activations unless saved-tensor hooks must see real tensors."""
+        if self._resident_out is not None and not externally_observed():
+            return self._resident_out
+        return self._plain_out
 
     def _failed(self, e: Exception) -> ExecutorError:
         return ExecutorError(
@@ -343,9 +344,10 @@ class CompiledGraph:
                     ins.append(saved[index])  # the forward's array, still on the device
                     continue
             ins.append(self._tensor(args, slot))
-        kept = [args[i] for i in self._passthrough] if self._passthrough else ()
+        inputs = list(self._passthrough_args(args))
         args.clear()  # boxed convention: let the caller's references go before we run
-        keep = self._keep if self._keep is not None and not externally_observed() else None
+        plan = self._output_plan()
+        keep = self._keep if plan is self._resident_out else None
         try:
             results = self._exe(ins, self._param_slots, keep, self._register_outputs)
         except Exception as e:
@@ -356,24 +358,4 @@ class CompiledGraph:
         ):
             with _disable_current_modes():  # the first call can run under FakeTensorMode
                 self._fast = _FastPlan(self)
-        if keep is None:
-            plan = self._outputs
-        else:
-            plan = self._resident_outputs
-            token, arrays = new_token(self._num_saved)
-        outs: list[Any] = []
-        inputs = iter(kept)
-        for kind, index, dtype, value in plan:
-            if kind == "result":
-                r = results[index]
-                outs.append(r if r.dtype == dtype else r.to(dtype))
-            elif kind == "saved":
-                arrays[value] = results[index]
-                outs.append(token)
-            elif kind == "input":
-                outs.append(next(inputs))
-            elif kind == "none":
-                outs.append(None)
-            else:
-                outs.append(value)
-        return outs
+        return plan.assemble(list(results), inputs)

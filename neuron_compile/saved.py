@@ -69,12 +69,6 @@ def token_holding(arrays: list[Any]) -> torch.Tensor:
     return token
 
 
-def new_token(num_saved: int) -> tuple[torch.Tensor, list[Any]]:
-    """A fresh token and its (empty) array list; the token owns the list."""
-    arrays: list[Any] = [None] * num_saved
-    return token_holding(arrays), arrays
-
-
 def token_arrays(value: Any) -> list[Any] | None:
     """The arrays behind a token, or None for a real tensor."""
     return getattr(value, "_neuron_saved", None)
