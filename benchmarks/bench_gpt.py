@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from train_gpt import GPTConfig, TinyGPT, make_batches  # noqa: E402
 
 import neuron_compile  # noqa: E402
-from neuron_compile.compiler import CompiledGraph  # noqa: E402
+from neuron_compile.compiled_graph import CompiledGraph  # noqa: E402
 from neuron_compile.runtime import xla_cpu  # noqa: E402
 
 OVERHEAD_TARGET_US = 50.0

@@ -288,7 +288,7 @@ class NeuronOutputCode(OutputCode):
 def wrap(runner: Any, gm: fx.GraphModule, kind: str, cfg: NeuronConfig) -> NeuronOutputCode:
     """Our compiler's result for ``gm`` as an ``OutputCode`` (every graph must be one while the
     forward compiler is serializable), marked uncacheable with the reason when it is."""
-    from .compiler import CompiledGraph
+    from .compiled_graph import CompiledGraph
 
     if kind == "forward":
         _declare_no_donated_buffers()
@@ -338,11 +338,11 @@ def defer(
     forward-only run compiles nothing more, and metrics and errors come when they used to).
     The entry refers to the graph by its FX index key, computed now; the graph's own checks
     (``wrap``) are made conservatively on the unpassed graph."""
-    from .cache.fx_index import index_key
+    from .compiler import fx_index_key
     from .partition import is_fully_supported
 
     pair = gm.meta.get(PAIR_KEY)
-    fx_key = index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
+    fx_key = fx_index_key(gm, cfg)
     reason = None
     if fx_key is None:
         reason = "graph has no FX index key"

@@ -371,6 +371,7 @@ def inference_graph_text(module: Any, inputs: Sequence[Any], target: str = "trn2
     from .capture import decomposition_table
     from .lowering import lower_graph
     from .passes import pipeline_for, run_pipeline
+    from .targets import is_neuron_target
 
     # Parameters and buffers become graph inputs (as under torch.compile), so fake tracing
     # never touches real weights and the estimate counts reading them.
@@ -386,7 +387,7 @@ def inference_graph_text(module: Any, inputs: Sequence[Any], target: str = "trn2
             state, *inputs
         )
     run_pipeline(gm, pipeline_for(target))
-    return lower_graph(gm, neuron_calls=target.startswith("trn")).text
+    return lower_graph(gm, neuron_calls=is_neuron_target(target)).text
 
 
 def cost_from_module(

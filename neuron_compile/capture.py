@@ -7,6 +7,8 @@ from typing import Any
 
 import torch
 
+from .targets import is_neuron_target
+
 aten = torch.ops.aten
 
 
@@ -38,7 +40,7 @@ def decomposition_table(target: str = "cpu") -> dict[Any, Any]:
 
     table = dict(core_aten_decompositions())
     table.update(get_decompositions([aten.batch_norm_backward.default]))
-    if target.startswith("trn"):
+    if is_neuron_target(target):
         for op in NEURON_KEPT:
             table.pop(op, None)
     return table

@@ -64,12 +64,16 @@ class _OutputPlan:
         none_at = num_results + num_inputs
         token_at = none_at + len(self.tail)
         scatter = [num_results + num_inputs] * num_saved  # the tail's None: not resident
-        where, inputs, n_const, self.converts = [], 0, 0, []
-        for pos, (kind, index, dtype, value) in enumerate(plan):
+        where, inputs, n_const = [], 0, 0
+        # Results the executor returns in another dtype than the caller expects (the 64-bit
+        # policy), by result index: a result in two output slots is converted once, so both
+        # slots hold the same tensor, as they would in eager.
+        converts: dict[int, torch.dtype] = {}
+        for kind, index, dtype, value in plan:
             if kind == "result":
                 where.append(index)
                 if canonical_dtype(dtype) != dtype:
-                    self.converts.append((pos, dtype))
+                    converts[index] = dtype
             elif kind == "input":
                 where.append(num_results + inputs)
                 inputs += 1
@@ -81,19 +85,20 @@ class _OutputPlan:
             else:  # "saved": the token
                 where.append(token_at)
                 scatter[value] = index
+        self.converts = list(converts.items())
         self.scatter = gather(scatter) if num_saved else None
         self.outputs = gather(where)
 
     def assemble(self, results: list[Any], inputs: list[Any]) -> list[Any]:
+        """The graph's outputs from the executor's ``results`` (a fresh list, edited in place)."""
+        for index, dtype in self.converts:
+            r = results[index]
+            if r.dtype != dtype:
+                results[index] = r.to(dtype)
         src = results + inputs + self.tail
         if self.scatter is not None:
             src.append(token_holding(list(self.scatter(src))))
-        outs = list(self.outputs(src))
-        for pos, dtype in self.converts:
-            r = outs[pos]
-            if r.dtype != dtype:
-                outs[pos] = r.to(dtype)
-        return outs
+        return list(self.outputs(src))
 
 
 class _FastPlan:
@@ -219,7 +224,6 @@ class CompiledGraph:
         )
         # Saved activations kept on the device (neuron_compile/saved.py). Forward: per result,
         # True if it stays an executor array; ``_resident_out`` rebuilds the outputs then.
-        self._keep: list[bool] | None = None
         self._resident_out: _OutputPlan | None = None
         # Backward: which argument holds the forward's token, and the argument slots that
         # take saved values from it (saved value i is graph input i).
@@ -251,7 +255,6 @@ class CompiledGraph:
         if not resident:
             return
         link.resident = tuple(resident)
-        self._keep = keep
         export = [i for i, kept in enumerate(keep) if not kept]
         self._resident_out = _OutputPlan(
             plan, self.lowered.num_results, len(self._passthrough), export, num_saved
@@ -347,9 +350,8 @@ class CompiledGraph:
         inputs = list(self._passthrough_args(args))
         args.clear()  # boxed convention: let the caller's references go before we run
         plan = self._output_plan()
-        keep = self._keep if plan is self._resident_out else None
         try:
-            results = self._exe(ins, self._param_slots, keep, self._register_outputs)
+            results = self._exe(ins, self._param_slots, plan.export, self._register_outputs)
         except Exception as e:
             raise self._failed(e) from e
         fast = self._fast
@@ -358,4 +360,4 @@ class CompiledGraph:
         ):
             with _disable_current_modes():  # the first call can run under FakeTensorMode
                 self._fast = _FastPlan(self)
-        return plan.assemble(list(results), inputs)
+        return plan.assemble(results, inputs)

@@ -303,6 +303,11 @@ def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:
     )
 
 
+def fx_index_key(gm: fx.GraphModule, cfg: NeuronConfig) -> str | None:
+    """The FX index key (cache/fx_index.py) of ``gm`` as AOTAutograd handed it over."""
+    return index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
+
+
 def _index_lookup(
     gm: fx.GraphModule, cfg: NeuronConfig, name: str, known_key: str | None = None
 ) -> tuple[str | None, tuple[CacheKey, LoweredGraph] | None]:
@@ -314,7 +319,7 @@ def _index_lookup(
     disk = disk_cache()
     if disk is None or cfg.dump_dir or get_target(cfg.target).is_neuron:
         return None, None
-    fx_key = known_key or index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
+    fx_key = known_key or fx_index_key(gm, cfg)
     entry = disk.get(fx_key, count=False) if fx_key is not None else None
     if entry is None:
         return fx_key, None
@@ -359,7 +364,9 @@ def _compile_region(
         from .cost_model import estimate_for_record
 
         est = estimate_for_record(lowered.text, cfg.estimate, cfg.lnc)
-        record.est_device_s = None if est is None else (record.est_device_s or 0.0) + est
+        # Unknown as soon as one region is (an earlier region set est_target, not the total).
+        unknown = est is None or (record.est_target != "" and record.est_device_s is None)
+        record.est_device_s = None if unknown else (record.est_device_s or 0.0) + est
         record.est_target = cfg.estimate
     if target.is_neuron:  # reject what neuronx-cc would, before any artifact exists
         import os

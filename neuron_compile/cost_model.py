@@ -142,8 +142,7 @@ def node_cost(node: fx.Node, target: Target, lnc: int = 1) -> NodeCost | None:
 
 def estimate(gm: fx.GraphModule, target: Target, lnc: int = 1) -> tuple[float, list[NodeCost]]:
     """Total estimated seconds of ``gm`` on one logical core, and the per-node costs."""
-    if not target.is_neuron:
-        raise ValueError(f"no cost model for target {target.name!r}; use trn2 or trn3")
+    target = _as_target(target)
     costs = [c for n in gm.graph.nodes if (c := node_cost(n, target, lnc)) is not None]
     return math.fsum(c.seconds for c in costs), costs
 
@@ -230,13 +229,6 @@ class ModuleCost:
     flops: float
     bytes: float
     op_count: int
-
-    def seconds_by_op(self) -> dict[str, float]:
-        """Total seconds per op name, largest first (where the estimate goes)."""
-        out: dict[str, float] = {}
-        for c in self.ops:
-            out[c.op_name] = out.get(c.op_name, 0.0) + c.seconds
-        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def _elem_bytes(et: Any) -> int:

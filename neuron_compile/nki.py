@@ -57,6 +57,7 @@ import torch
 from torch import Tensor
 
 from .errors import LoweringError, NkiOpError
+from .targets import is_neuron_target
 
 if TYPE_CHECKING:
     from .lowering.context import LoweringContext
@@ -267,7 +268,8 @@ def nki_op(
 
     def define(kernel: Callable[..., Any]) -> Any:
         op = torch.library.custom_op(name, reference, mutates_args=())
-        op.register_fake(_fake(reference))
+        # The reference on fake tensors yields exactly the shapes/dtypes the op produces.
+        op.register_fake(reference)
         multi = len(op._opoverload._schema.returns) != 1
         if backward is None:
             op.register_autograd(_derived_backward(reference), setup_context=_setup_context)
@@ -298,14 +300,6 @@ def _check_hints(name: str, reference: Callable[..., Any]) -> None:
             reason="the hints become the op's schema (torch.library.custom_op)",
             hint="annotate every parameter and the return, e.g. (x: Tensor, eps: float) -> Tensor",
         )
-
-
-def _fake(reference: Callable[..., Any]) -> Callable[..., Any]:
-    # The reference on fake tensors yields exactly the shapes/dtypes the op produces.
-    def fake(*args: Any, **kwargs: Any) -> Any:
-        return reference(*args, **kwargs)
-
-    return fake
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
@@ -392,7 +386,7 @@ def _bind(schema: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[s
 
 def _platform(ctx: LoweringContext) -> tuple[str | None, int | None]:
     """Target and LNC to specialise kernels for, from the compile config the lowering carries."""
-    target = ctx.emit.target if str(ctx.emit.target).startswith("trn") else None
+    target = ctx.emit.target if is_neuron_target(str(ctx.emit.target)) else None
     return target, ctx.emit.lnc
 
 

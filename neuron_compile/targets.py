@@ -188,6 +188,12 @@ def get_target(name: str) -> Target:
     return TARGETS[name]
 
 
+def is_neuron_target(name: str) -> bool:
+    """True for the targets neuronx-cc compiles for (False for ``cpu`` and unknown names)."""
+    target = TARGETS.get(name)
+    return target is not None and target.is_neuron
+
+
 def _has_device() -> bool:
     return os.path.exists("/dev/neuron0")
 

@@ -4,11 +4,14 @@ that the calls after the first really took the planned path."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from neuron_compile.compiled_graph import CompiledGraph, _FastPlan, gather
+from neuron_compile.compiler import DowncastWarning
 
 
 @pytest.fixture
@@ -210,3 +213,19 @@ def test_threads_calling_one_graph_never_share_a_staging_buffer(paths):
         t.join()
     assert not errors
     assert paths["planned"] > 0
+
+
+@pytest.mark.parametrize("calls", [1, 3])
+def test_a_narrowed_result_saved_and_returned_is_one_tensor(calls):
+    # max's int64 indices run as int32 (the 64-bit policy), are a user output and a saved
+    # value: both slots must hold one tensor, so an in-place edit trips autograd as in eager.
+    f = torch.compile(lambda x: x.max(1), backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DowncastWarning)
+        for _ in range(calls - 1):
+            f(torch.randn(3, 4, requires_grad=True))[0].sum().backward()
+        values, indices = f(torch.randn(3, 4, requires_grad=True))
+    assert indices.dtype == torch.int64
+    indices.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        values.sum().backward()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..targets import is_neuron_target
 from .base import GraphPass, run_pipeline
 from .collapse_casts import collapse_casts
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
@@ -49,7 +50,7 @@ NEURON_PIPELINE: tuple[GraphPass, ...] = (rewrite_neuron_calls,)
 
 def pipeline_for(target: str) -> tuple[GraphPass, ...]:
     """The passes run before lowering for ``target`` (``cpu``, ``trn2``, ``trn3``)."""
-    if not target.startswith("trn"):
+    if not is_neuron_target(target):
         return PIPELINE
     at = PIPELINE.index(fold_permutes) + 1
     return PIPELINE[:at] + NEURON_PIPELINE + PIPELINE[at:]

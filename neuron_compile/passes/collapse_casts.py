@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from .effects import alias_root, mutated_roots
-from .graph_queries import nodes_calling
+from .graph_queries import can_replace_output, nodes_calling
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +82,6 @@ def _cast(node: fx.Node) -> tuple[fx.Node, torch.dtype] | None:
     return src, dtype
 
 
-def _feeds_output(node: fx.Node) -> bool:
-    return any(user.op == "output" for user in node.users)
-
-
 def collapse_casts(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     written = mutated_roots(graph)
@@ -104,9 +100,7 @@ def collapse_casts(gm: fx.GraphModule) -> bool:
             continue
         if any(alias_root(n) in written for n in (node, inner_node, x)):
             continue
-        if outer[1] == src and not (
-            _feeds_output(node) and (x.op == "placeholder" or _feeds_output(x))
-        ):
+        if outer[1] == src and can_replace_output(node, x):
             node.replace_all_uses_with(x)
             graph.erase_node(node)
             dropped += 1

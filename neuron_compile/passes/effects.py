@@ -181,10 +181,11 @@ def mutating_nodes(graph: fx.Graph) -> list[fx.Node]:
     return sorted(found + in_place_methods) if in_place_methods else found
 
 
-def mutated_roots(graph: fx.Graph) -> set[fx.Node]:
-    """Base tensors that some node in ``graph`` writes to, directly or through a view."""
+def mutated_roots(graph: fx.Graph, mutations: list[fx.Node] | None = None) -> set[fx.Node]:
+    """Base tensors that some node in ``graph`` writes to, directly or through a view
+    (``mutations``: ``mutating_nodes(graph)`` when the caller has it already)."""
     roots: set[fx.Node] = set()
-    for node in mutating_nodes(graph):
+    for node in mutating_nodes(graph) if mutations is None else mutations:
         for arg in mutated_args(node):
             roots.add(alias_root(arg))
     return roots

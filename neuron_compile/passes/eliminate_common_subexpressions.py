@@ -27,7 +27,7 @@ from .effects import (
     target_is_random,
     target_mutates,
 )
-from .graph_queries import nodes_calling_any
+from .graph_queries import feeds_output, nodes_calling_any
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +94,6 @@ def _mergeable(target: object) -> bool:
     return not (target_mutates(target) or target_is_random(target))
 
 
-def _feeds_output(node: fx.Node) -> bool:
-    return any(user.op == "output" for user in node.users)
-
-
 def _key(node: fx.Node) -> Hashable | None:
     """Equal only for nodes that compute the same value; None if an argument cannot be keyed."""
     try:
@@ -152,8 +148,8 @@ class _Seen:
 def eliminate_common_subexpressions(gm: fx.GraphModule) -> bool:
     seen = _Seen()
     graph = gm.graph
-    written = mutated_roots(graph)
     mutations = mutating_nodes(graph)
+    written = mutated_roots(graph, mutations)
     # Only mergeable nodes and mutations matter, in graph order; every other node is skipped.
     candidates = nodes_calling_any(graph, _mergeable)
     if mutations:
@@ -170,7 +166,7 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> bool:
         prior = seen.find_or_add(node)
         if prior is None:
             continue
-        if _feeds_output(node) and _feeds_output(prior):
+        if feeds_output(node) and feeds_output(prior):
             continue  # two outputs must not become one tensor object the caller sees twice
         node.replace_all_uses_with(prior)
         graph.erase_node(node)

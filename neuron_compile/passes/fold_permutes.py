@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from .graph_edits import call_before
-from .graph_queries import nodes_calling
+from .graph_queries import can_replace_output, nodes_calling
 
 log = logging.getLogger(__name__)
 
@@ -54,15 +54,6 @@ def permutation_of(node: fx.Node) -> list[int] | None:
     return None
 
 
-def _feeds_output(node: fx.Node) -> bool:
-    return any(user.op == "output" for user in node.users)
-
-
-def _can_drop(node: fx.Node, src: fx.Node) -> bool:
-    """Replacing ``node`` by ``src`` must not make an output alias an input or another output."""
-    return not _feeds_output(node) or (src.op != "placeholder" and not _feeds_output(src))
-
-
 def fold_permutes(gm: fx.GraphModule) -> bool:
     folded = dropped = 0
     graph = gm.graph
@@ -81,7 +72,7 @@ def fold_permutes(gm: fx.GraphModule) -> bool:
                 graph.erase_node(src)
             node, src, perm = new, new.args[0], composed
             folded += 1
-        if perm == list(range(len(perm))) and _can_drop(node, src):
+        if perm == list(range(len(perm))) and can_replace_output(node, src):
             node.replace_all_uses_with(src)
             graph.erase_node(node)
             dropped += 1

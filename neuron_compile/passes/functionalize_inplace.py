@@ -89,14 +89,13 @@ def _alias_step(node: fx.Node) -> fx.Node | None:
     return first if isinstance(first, fx.Node) else None
 
 
-def _read_later(node: fx.Node, position: dict[fx.Node, int]) -> bool:
+def _read_later(node: fx.Node) -> bool:
     """Does anything after ``node`` read its target's storage other than through its result?"""
     root = alias_root(node.args[0])
-    at = position[node]
-    for other in position:
+    for other in node.graph.nodes:
         if alias_root(other) is not root or _derived_from(other, node):
             continue
-        if any(position[user] > at for user in other.users):
+        if any(user > node for user in other.users):  # nodes compare by graph position
             return True
     return False
 
@@ -136,8 +135,7 @@ def functionalize_inplace(gm: fx.GraphModule) -> bool:
         root = alias_root(node.args[0])
         if root.op in ("placeholder", "get_attr"):
             continue
-        position = {n: i for i, n in enumerate(graph.nodes)}
-        if _read_later(node, position) or not _same_result(node, variant):
+        if _read_later(node) or not _same_result(node, variant):
             continue
         with graph.inserting_before(node):
             new = graph.call_function(variant, node.args, dict(node.kwargs))

@@ -33,6 +33,17 @@ def call_targets(graph: fx.Graph) -> list[object]:
     return [target for (op, target), nodes in table.items() if op == "call_function" and nodes]
 
 
+def feeds_output(node: fx.Node) -> bool:
+    """True if the graph returns ``node``'s value."""
+    return any(user.op == "output" for user in node.users)
+
+
+def can_replace_output(node: fx.Node, src: fx.Node) -> bool:
+    """Replacing ``node`` by ``src`` must not make an output alias an input or another output
+    (the caller would see one tensor object twice, or its own input back)."""
+    return not feeds_output(node) or (src.op != "placeholder" and not feeds_output(src))
+
+
 def nodes_calling_any(graph: fx.Graph, wanted: Callable[[object], bool]) -> list[fx.Node]:
     """The ``call_function`` nodes whose target satisfies ``wanted``, in graph order;
     ``wanted`` is asked once per distinct target, not once per node."""

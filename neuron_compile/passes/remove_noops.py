@@ -21,7 +21,7 @@ import torch
 import torch.fx as fx
 
 from .effects import alias_root, mutated_roots
-from .graph_queries import nodes_calling
+from .graph_queries import feeds_output, nodes_calling
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,6 @@ def _is_noop(node: fx.Node, written: set[fx.Node]) -> bool:
     return _same_meta(node, src, strides=True)
 
 
-def _feeds_output(node: fx.Node) -> bool:
-    return any(user.op == "output" for user in node.users)
-
-
 def remove_noops(gm: fx.GraphModule) -> bool:
     written = mutated_roots(gm.graph)
     removed = 0
@@ -96,8 +92,8 @@ def remove_noops(gm: fx.GraphModule) -> bool:
         if not _is_noop(node, written):
             continue
         src = node.args[0]
-        if _feeds_output(node) and (
-            src.op == "placeholder" or (node.target in _COPIES and _feeds_output(src))
+        if feeds_output(node) and (
+            src.op == "placeholder" or (node.target in _COPIES and feeds_output(src))
         ):
             continue
         node.replace_all_uses_with(src)

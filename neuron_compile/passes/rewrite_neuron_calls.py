@@ -410,7 +410,7 @@ def _why_not(output: fx.Node, match: _Match) -> str | None:
     return None
 
 
-def _rewrite(graph: fx.Graph, output: fx.Node, match: _Match) -> bool:
+def _rewrite(graph: fx.Graph, output: fx.Node, match: _Match) -> None:
     # The call computes exactly what ``output`` computed, so it takes over its fake value;
     # running the op's fake impl instead costs ~1 ms per node (the matchers are tested for
     # numerics, which would catch a type change).
@@ -430,7 +430,6 @@ def _rewrite(graph: fx.Graph, output: fx.Node, match: _Match) -> bool:
         for n in dead:
             graph.erase_node(n)
         pending.difference_update(dead)
-    return True
 
 
 def rewrite_neuron_calls(gm: fx.GraphModule) -> bool:
@@ -450,7 +449,8 @@ def rewrite_neuron_calls(gm: fx.GraphModule) -> bool:
             why = _why_not(node, match)
             if why is not None:
                 log.debug("rewrite_neuron_calls: %s not rewritten: %s", node.name, why)
-            elif _rewrite(graph, node, match):
+            else:
+                _rewrite(graph, node, match)
                 erased.update(match.interior)
                 done[str(match.op.name())] += 1
             break

@@ -72,16 +72,14 @@ def sink_transposes(gm: fx.GraphModule) -> bool:
     sunk = erased = 0
     for node in nodes_calling(graph, _MATMULS):
         bias = None
-        if node.op == "call_function" and node.target is aten.addmm.default:
+        if node.target is aten.addmm.default:
             # A linear layer's forward: addmm(bias, x, t(w)). Split into dot_general + add only
             # when a transpose dies with it; otherwise the split would buy nothing.
             parts = _addmm_parts(node)
             if parts is None or not (_dies_with(parts[1], node) or _dies_with(parts[2], node)):
                 continue
             bias, a, b = parts
-        elif node.op != "call_function" or node.target not in (aten.mm.default, aten.bmm.default):
-            continue
-        elif len(node.args) != 2:
+        elif len(node.args) != 2:  # mm / bmm
             continue
         else:
             a, b = node.args

@@ -143,10 +143,10 @@ class NeuronExecutable:
         self,
         inputs: list[torch.Tensor],
         param_slots: list[Any] | None = None,
-        keep: Any = None,
+        export: Any = None,
         register: bool = True,
     ) -> list[torch.Tensor]:
-        """Run on host tensors; results come back as host tensors (``keep``/``register``, the
+        """Run on host tensors; results come back as host tensors (``export``/``register``, the
         XLA executor's hints for saved activations, are accepted and ignored)."""
         for i, t in enumerate(inputs):
             stamp = (t.untyped_storage().data_ptr(), t._version, id(t))

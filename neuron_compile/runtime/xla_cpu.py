@@ -213,18 +213,17 @@ class XlaCpuExecutable:
         self,
         inputs: Sequence[Any],
         param_slots: list[Any] | None = None,
-        keep: Sequence[bool] | None = None,
+        export: Sequence[int] | None = None,
         register: bool = True,
     ) -> list[Any]:
         """Run on ``inputs`` (tensors, or arrays this executor returned earlier).
 
         ``param_slots`` (one entry per input, owned by the caller) keeps parameters' XLA aliases
-        between calls; the caller's lifetime bounds what it holds. Results flagged in ``keep``
-        stay executor arrays; the others become tensors (see ``run``).
+        between calls; the caller's lifetime bounds what it holds. ``export`` and ``register``:
+        see ``run``.
         """
         to_xla = self.to_xla
         arrays = [to_xla(param_slots, i, t) for i, t in enumerate(inputs)]
-        export = None if keep is None else [i for i, kept in enumerate(keep) if not kept]
         return self.run(arrays, export, register)
 
 
