@@ -18,6 +18,7 @@ an ``O(K·m²)`` recurrence (vectorized over ``i``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -361,15 +362,23 @@ def cost_from_model(
     return a, b
 
 
-def inference_graph_text(module: Any, inputs: Sequence[Any], target: str = "trn2") -> str:
+def inference_graph_text(
+    module: Any,
+    inputs: Sequence[Any],
+    target: str = "trn2",
+    lnc: int | None = None,
+    flash_attention: bool = True,
+) -> str:
     """StableHLO text of ``module(*inputs)``'s inference graph, as the backend would lower it
-    for ``target`` (its decompositions and passes), without executing the module: shapes come
+    for ``target`` and ``lnc`` (its decompositions, its SDPA routing to the flash-attention op
+    unless ``flash_attention`` is off, its passes), without executing the module: shapes come
     from fake tensors."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .capture import decomposition_table
     from .lowering import lower_graph
+    from .ops.flash_attention import RoutingSdpa
     from .passes import pipeline_for, run_pipeline
     from .targets import is_neuron_target
 
@@ -382,12 +391,14 @@ def inference_graph_text(module: Any, inputs: Sequence[Any], target: str = "trn2
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):  # the backend's SDPA path
+    neuron = is_neuron_target(target)
+    routing = RoutingSdpa() if neuron and flash_attention else contextlib.nullcontext()
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), routing:  # the backend's SDPA path
         gm = make_fx(call, decomposition_table=decomposition_table(target), tracing_mode="fake")(
             state, *inputs
         )
     run_pipeline(gm, pipeline_for(target))
-    return lower_graph(gm, neuron_calls=is_neuron_target(target)).text
+    return lower_graph(gm, neuron_calls=neuron, target=target, lnc=lnc).text
 
 
 def cost_from_module(
@@ -404,7 +415,7 @@ def cost_from_module(
     def text(n: int) -> str:
         inputs = make_input(n)
         return inference_graph_text(
-            module, inputs if isinstance(inputs, tuple) else (inputs,), target
+            module, inputs if isinstance(inputs, tuple) else (inputs,), target, lnc
         )
 
     return cost_from_model(text, sizes, target, lnc)

@@ -185,3 +185,48 @@ def test_cost_from_model_recovers_exact_coefficients():
     assert a == pytest.approx(2e-9, rel=1e-6) and b == pytest.approx(3e-12, rel=1e-6)
     with pytest.raises(ValueError, match="two distinct"):
         cost_from_model(lambda n: "", [8, 8])
+
+
+class _Attention(torch.nn.Module):
+    """Two heads of 64 at the caller's sequence length: qualifies for the flash op on trn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv = torch.nn.Linear(128, 3 * 128)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, 2, 64).permute(2, 0, 3, 1, 4)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.filterwarnings("ignore:neuron-compile. target trn2 without neuronx-cc")
+def test_inference_graph_text_lowers_what_the_backend_compiles_for_trn(monkeypatch):
+    # The planner's trace routes SDPA to the flash op and passes the LNC to the lowering, as the
+    # backend does for trn targets: with the NKI toolchain (TEST DOUBLES here) the module holds
+    # the flash_fwd kernel call on the LNC's launch grid, not the math path.
+    from neuron_compile import nki as nki_mod
+    from neuron_compile.bucket_planner import inference_graph_text
+    from neuron_compile.lowering.stablehlo import neuron_calls
+    from tests import nki_double
+
+    monkeypatch.setattr(nki_mod, "_WARNED", set())
+    monkeypatch.setattr(nki_mod, "_CONFIGS", {})
+    monkeypatch.setattr(neuron_calls, "_SKIPPED", set())
+    nki_double.install(monkeypatch)
+    kernels = nki_double.install_flash_kernels(monkeypatch)
+    model, x = _Attention(), torch.randn(1, 512, 128)
+
+    text = inference_graph_text(model, (x,), "trn2", lnc=2)
+    assert text.count("AwsNeuronCustomNativeKernel") == 1
+    assert text.count("stablehlo.dot_general") == 1  # the projection; no attention matmuls left
+    ((_, grid),) = kernels.flash_fwd.traced
+    assert grid == (1, nki_double.NcDim(2, 1))
+
+    # Without the routing: the math path (bmm, softmax), and the flash kernel is not traced again.
+    off = inference_graph_text(model, (x,), "trn2", lnc=2, flash_attention=False)
+    cpu = inference_graph_text(model, (x,), "cpu")
+    assert off.count("stablehlo.dot_general") == cpu.count("stablehlo.dot_general") == 3
+    assert "AwsNeuron" not in cpu and "stablehlo.exponential" in cpu
+    assert len(kernels.flash_fwd.traced) == 1

@@ -51,6 +51,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +166,16 @@ def _sdpa_arguments(
     return dict(locals())
 
 
+def _example(value: Any) -> Any:
+    """A tensor argument as a tensor: itself when tracing runs on tensors, its example value when
+    it is a Dynamo graph node."""
+    return value if isinstance(value, Tensor) else getattr(value, "meta", {}).get("example_value")
+
+
 def flash_unqualified(args: dict[str, Any]) -> str | None:
-    """Why this SDPA call cannot use the flash kernel, or None if it can."""
-    vals = [getattr(args[n], "meta", {}).get("example_value") for n in ("query", "key", "value")]
+    """Why this SDPA call cannot use the flash kernel, or None if it can. ``args``: the call's
+    arguments by name (``_sdpa_arguments``), tensors or Dynamo graph nodes."""
+    vals = [_example(args[n]) for n in ("query", "key", "value")]
     if not all(isinstance(t, Tensor) for t in vals):
         return "query/key/value shapes unknown"
     q, k, v = vals
@@ -186,6 +194,34 @@ def flash_unqualified(args: dict[str, Any]) -> str | None:
     return None
 
 
+def _flash_arguments(name: str, args: Any, kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """``flash_attention``'s arguments for an SDPA call, or None if the call stays on the math
+    path (logged with the reason)."""
+    sdpa = _sdpa_arguments(*args, **kwargs)
+    why = flash_unqualified(sdpa)
+    if why is not None:
+        log.debug("SDPA %s stays on the math path: %s", name, why)
+        return None
+    scale = sdpa["scale"]
+    if scale is None:
+        scale = 1.0 / math.sqrt(_example(sdpa["query"]).shape[-1])
+    return sdpa["query"], sdpa["key"], sdpa["value"], bool(sdpa["is_causal"]), float(scale)
+
+
+class RoutingSdpa(TorchFunctionMode):
+    """``route_sdpa`` while tracing Python code rather than on a Dynamo graph (``make_fx`` in
+    ``bucket_planner``): qualifying ``F.scaled_dot_product_attention`` calls run as
+    ``flash_attention``, so a trace for a trn target has the ops the backend would compile."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch._C._nn.scaled_dot_product_attention:
+            call = _flash_arguments("call", args, kwargs)
+            if call is not None:
+                return torch.ops.neuron_compile.flash_attention.default(*call)[0]
+        return func(*args, **kwargs)
+
+
 def route_sdpa(gm: fx.GraphModule) -> int:
     """Replace qualifying SDPA calls in a Dynamo graph by ``flash_attention``; return how many."""
     sdpa_targets = {torch._C._nn.scaled_dot_product_attention}
@@ -193,17 +229,12 @@ def route_sdpa(gm: fx.GraphModule) -> int:
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in sdpa_targets:
             continue
-        args = _sdpa_arguments(*node.args, **node.kwargs)
-        why = flash_unqualified(args)
-        if why is not None:
-            log.debug("SDPA %s stays on the math path: %s", node.name, why)
+        call_args = _flash_arguments(node.name, node.args, node.kwargs)
+        if call_args is None:
             continue
-        q = args["query"].meta["example_value"]
-        scale = args["scale"] if args["scale"] is not None else 1.0 / math.sqrt(q.shape[-1])
         with gm.graph.inserting_after(node):
             call = gm.graph.call_function(
-                torch.ops.neuron_compile.flash_attention.default,
-                (args["query"], args["key"], args["value"], bool(args["is_causal"]), float(scale)),
+                torch.ops.neuron_compile.flash_attention.default, call_args
             )
         with gm.graph.inserting_after(call):
             out = gm.graph.call_function(operator.getitem, (call, 0))
