@@ -64,7 +64,8 @@ class NeuronConfig:
     buckets: tuple[int, ...] | None = None
     #: Roofline device-time estimate per graph (``GraphRecord.est_device_s``, from
     #: ``cost_model.estimate_module``): ``off``, ``trn2`` or ``trn3``. Default: the compile target
-    #: when it is trn2/trn3, else ``off`` (``neuron-compile check`` turns it on with trn2).
+    #: when it is trn2/trn3, else ``off`` (``neuron-compile check`` turns that default on with
+    #: trn2; an explicit ``off`` stays off).
     estimate: str | None = None
     #: trn targets: route ``F.scaled_dot_product_attention`` calls whose shapes qualify (sequence
     #: lengths multiples of 128, head dim <= 128, no mask, no dropout) to the flash-attention
@@ -76,6 +77,11 @@ class NeuronConfig:
     aot_cache: bool = True
     #: Extra user metadata, not interpreted (kept in dumps). Not an option key.
     extra: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def estimate_defaulted(self) -> bool:
+        """True when neither options nor the environment set ``estimate`` (it took its default)."""
+        return self.__dict__.get("_estimate_defaulted", False)
 
     def __post_init__(self) -> None:
         if self.sixty_four_bit not in _SIXTY_FOUR_BIT:
@@ -111,6 +117,7 @@ class NeuronConfig:
             object.__setattr__(self, "lnc", resolve_lnc(target, self.lnc))
         if self.estimate is None:
             object.__setattr__(self, "estimate", self.target if target.is_neuron else "off")
+            object.__setattr__(self, "_estimate_defaulted", True)  # not a field: no option key
         if self.estimate not in _ESTIMATE:
             raise OptionsError(
                 f"invalid estimate={self.estimate!r}", hint=f"use one of {', '.join(_ESTIMATE)}"

@@ -33,3 +33,10 @@ def test_env_then_options_precedence():
 def test_bad_env_boolean_is_coded():
     with pytest.raises(OptionsError, match="NC001"):
         load_config({}, env={"NEURON_COMPILE_VERIFY": "maybe"})
+
+
+def test_estimate_defaulted_only_when_neither_options_nor_env_set_it():
+    assert load_config({}, env={}).estimate_defaulted
+    assert not load_config({"estimate": "off"}, env={}).estimate_defaulted
+    assert not load_config({}, env={"NEURON_COMPILE_ESTIMATE": "off"}).estimate_defaulted
+    assert "estimate_defaulted" not in OPTION_KEYS and "_estimate_defaulted" not in OPTION_KEYS

@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import os
 import re
 import threading
 import time
@@ -282,11 +281,9 @@ class Collector:
         from ..shapes import recompiles
 
         def compile_frame(gm: fx.GraphModule, example_inputs: Any, cfg: Any, **kw: Any) -> Any:
-            from ..config import ENV_VARS
-
-            if getattr(cfg, "estimate", None) == "off" and not os.environ.get(
-                ENV_VARS["estimate"]
-            ):  # a check reports estimated trn2 device time even for a cpu compile
+            # A check reports estimated trn2 device time even for a cpu compile, unless the
+            # user turned the estimate off.
+            if cfg.estimate == "off" and cfg.estimate_defaulted:
                 cfg = dataclasses.replace(cfg, estimate="trn2")
             event = None
             if kw.get("recompile"):

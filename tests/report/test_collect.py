@@ -124,3 +124,22 @@ def test_check_estimates_trn2_device_time_of_a_cpu_compile(sample_run):
     scan = [g for g in report.graphs if g.name.startswith("ScanNet")]  # nn.Linear: a matmul
     assert scan and all(g.est_target == "trn2" and g.est_device_s > 0 for g in scan)
     assert report.est_device_s_total() >= sum(g.est_device_s for g in scan)
+
+
+@pytest.mark.parametrize("estimate, expected", [(None, "trn2"), ("off", ""), ("trn3", "trn3")])
+def test_check_keeps_an_estimate_the_user_set(tmp_path, monkeypatch, estimate, expected):
+    # Only the default "off" of a cpu compile becomes trn2 under a check; an explicit choice,
+    # "off" included, is the user's.
+    import torch
+
+    from neuron_compile.report import Collector
+
+    monkeypatch.setenv("NEURON_COMPILE_CACHE_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    options = {} if estimate is None else {"estimate": estimate}
+    with Collector("inline", "compile") as c, torch.no_grad():
+        torch.compile(torch.nn.Linear(8, 8), backend="neuron", options=options)(torch.randn(2, 8))
+    (graph,) = c.report().graphs
+    torch._dynamo.reset()
+    assert graph.est_target == expected
+    assert (graph.est_device_s is None) == (expected == "")
