@@ -80,6 +80,8 @@ class _NeuronSupport(OperatorSupportBase):
 def _is_bookkeeping(node: fx.Node) -> bool:
     """Symbolic-size plumbing (sym_size, Python comparisons on sizes, runtime asserts): it runs
     eagerly with its data-dependent producer but is not an op worth reporting."""
+    if isinstance(node.target, torch._ops.HigherOrderOperator):
+        return False  # e.g. run_with_rng_state: real work, whatever its inputs
     if not isinstance(node.target, torch._ops.OpOverload):
         return True
     name = node.target._schema.name
