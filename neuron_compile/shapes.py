@@ -177,7 +177,8 @@ _lock = threading.Lock()
 _frames: dict[Hashable, _Frame] = {}
 _events: list[str] = []
 _warmup = {"done": False}
-_graph_counter: dict[Any, itertools.count] = {}
+#: (frame id, frame compile id) -> (the CompileContext of that compile, its graph counter)
+_graph_counter: dict[Any, tuple[Any, itertools.count]] = {}
 
 
 _SIZE_SYMBOL = re.compile(r"s\d+$")  # a symbolic graph's size inputs: already named by tensor dims
@@ -268,14 +269,24 @@ def frame_key() -> Hashable:
     try:  # private API: degrade to one key per backend call
         from torch._guards import CompileContext
 
-        cid = CompileContext.current_compile_id()
+        ctx = CompileContext.try_get()
+        cid = ctx.compile_id if ctx is not None else None
     except Exception:
-        cid = None
+        ctx = cid = None
     if cid is None or cid.frame_id is None:
         return ("call", object())
     full = (cid.frame_id, cid.frame_compile_id)
     with _lock:
-        n = next(_graph_counter.setdefault(full, itertools.count()))
+        seen = _graph_counter.get(full)
+        if seen is None or seen[0] is not ctx:  # a new compile of this frame
+            if cid.frame_compile_id == 0:
+                # Dynamo's first compile of this frame id. torch._dynamo.reset() restarts frame
+                # ids, so anything recorded under this id belongs to a frame from before it.
+                stale = ("frame", cid.frame_id)
+                for key in [k for k in _frames if isinstance(k, tuple) and k[:2] == stale]:
+                    del _frames[key]
+            seen = _graph_counter[full] = (ctx, itertools.count())
+        n = next(seen[1])
     return ("frame", cid.frame_id, n)
 
 

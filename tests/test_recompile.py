@@ -65,6 +65,18 @@ def test_distinct_functions_are_separate_frames():
     assert [r.recompile for r in neuron_compile.metrics()] == [False, False]
 
 
+def test_a_frame_compiled_after_dynamo_reset_is_not_compared_with_an_older_one():
+    # torch._dynamo.reset() restarts Dynamo's frame ids: the new frame 0 must not inherit the
+    # shape history (and recompile count) of the frame 0 compiled before the reset.
+    torch.compile(lambda x: x - 1, backend="neuron", dynamic=False)(torch.randn(2, 7))
+    torch._dynamo.reset()
+    f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
+    assert _recompile_warnings(f, 4) == []  # a first compile
+    msgs = _recompile_warnings(f, 5)
+    assert len(msgs) == 1 and "dim 1=5 (was 4)" in msgs[0] and "recompile 1 of" in msgs[0]
+    assert "was 7" not in msgs[0] and "gone" not in msgs[0]
+
+
 def test_grad_mode_change_is_a_recompile_with_its_reason():
     f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
     _recompile_warnings(f, 4)
