@@ -159,14 +159,16 @@ def run(args: argparse.Namespace, as_json: bool = False) -> int:
             ]
             if not keys:
                 raise SystemExit("neuron-compile: nothing to export (give keys or --graph)")
-            result = {"bundle": str(cache.export(keys, args.output)), "keys": keys}
+            bundle = cache.export(keys, args.output)
+            result = {"bundle": str(bundle), "keys": cache.exportable(keys)}
         elif cmd == "import":
             result = {"imported": cache.import_bundle(args.bundle)}
         elif cmd == "explain":
             result = _explain(cache, _resolve(cache, args.key))
         else:
             keys = [_resolve(cache, k) for k in args.keys] or None
-            result = {"promoted": cache.promote(keys), "remote": str(cache.remote)}
+            remote = str(cache.remote) if cache.remote is not None else None
+            result = {"promoted": cache.promote(keys), "remote": remote}
     except (OSError, ValueError) as exc:  # CacheBundleError is a ValueError
         print(f"neuron-compile: {exc}", file=sys.stderr)
         return 2

@@ -284,20 +284,29 @@ class Maintenance:
                 self._warn(f"cannot promote {key[:12]} to {self.remote}: {exc}")
         return copied
 
-    def export(self, keys: list[str], bundle: Path) -> Path:
-        """Write a portable bundle (directory, or ``.tar``/``.tar.gz``) of verified entries."""
-        from .bundle import write_bundle
-
+    def _exportable(self, keys: list[str]) -> list[Any]:
         entries = []
         for key in keys:
-            entry = self.get(key)
+            entry = self.get(key, count=False)  # exporting is not a hit
             if entry is None:
                 raise _errors().CacheBundleError(
                     f"cannot export {key}: no valid entry in {self.root}", key=key
                 )
-            if is_local_only(entry.manifest):
-                continue  # host-specific native code stays on the host that built it
-            entries.append((entry.manifest, entry.files()))
+            if not is_local_only(entry.manifest):  # host-specific native code stays here
+                entries.append(entry)
+        return entries
+
+    def exportable(self, keys: list[str]) -> list[str]:
+        """The ``keys`` a bundle of them holds: all but host-specific executables (raises
+        ``CacheBundleError`` for a key without a valid entry)."""
+        return [entry.key for entry in self._exportable(keys)]
+
+    def export(self, keys: list[str], bundle: Path) -> Path:
+        """Write a portable bundle (directory, or ``.tar``/``.tar.gz``) of the verified entries
+        of ``keys``, host-specific executables left out (``exportable``)."""
+        from .bundle import write_bundle
+
+        entries = [(e.manifest, e.files()) for e in self._exportable(keys)]
         return write_bundle(entries, Path(bundle))
 
     def import_bundle(self, bundle: Path) -> list[str]:

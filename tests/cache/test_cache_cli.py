@@ -104,3 +104,17 @@ def test_export_by_graph_name_takes_exactly_that_models_entries(capsys, tmp_path
     assert code == 0
     assert sorted(res["keys"]) == sorted([keys["TinyGPT_forward_0"], keys["TinyGPT_backward_0"]])
     assert sorted(DiskCache(tmp_path / "d").import_bundle(out)) == sorted(res["keys"])
+
+
+def test_export_lists_the_keys_the_bundle_holds_and_promote_without_remote(capsys, store, tmp_path):
+    # A host-specific executable named for export stays out of the bundle, and out of the
+    # printed list; promote without a remote reports null, not the string "None".
+    c, a, b = store
+    exe = key_of("cli-exe")
+    c.put(exe, payload(exe), graph_name="g.executable", components={}, meta={"local_only": True})
+    out = tmp_path / "b.tar"
+    code, exported = _cli(capsys, "export", a, exe, "-o", str(out), "--dir", str(c.root))
+    assert code == 0 and exported["keys"] == [a]
+    assert DiskCache(tmp_path / "dest").import_bundle(out) == [a]
+    code, promoted = _cli(capsys, "promote", "--dir", str(c.root))
+    assert promoted["remote"] is None and promoted["promoted"] == 0
