@@ -68,8 +68,8 @@ class NeuronConfig:
     #: trn2; an explicit ``off`` stays off).
     estimate: str | None = None
     #: trn targets: route ``F.scaled_dot_product_attention`` calls whose shapes qualify (sequence
-    #: lengths multiples of 128, head dim <= 128, no mask, no dropout) to the flash-attention
-    #: kernel op (``ops/flash_attention.py``) instead of its math decomposition.
+    #: lengths multiples of 128, head dim <= 128, no mask, no dropout, float32/bfloat16) to the
+    #: flash-attention kernel op (``ops/flash_attention.py``) instead of its math decomposition.
     flash_attention: bool = True
     #: Let a warm start skip Dynamo's AOTAutograd tracing: PyTorch's AOTAutogradCache (under
     #: ``TORCHINDUCTOR_CACHE_DIR``) stores the traced graphs' metadata with small references to

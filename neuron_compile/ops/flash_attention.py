@@ -2,8 +2,9 @@
 
 On the CPU target SDPA is traced through its math path (``bmm`` + ``_softmax``). For trn targets,
 calls whose shapes qualify (TorchNeuron's rule: query and key lengths multiples of 128, head dim
-<= 128, no mask, no dropout, no GQA; torchneuron.md §2 item 10) are routed, before AOTAutograd,
-to ``neuron_compile::flash_attention``: one node in the forward graph and one
+<= 128, no mask, no dropout, no GQA; torchneuron.md §2 item 10) and whose dtype the kernels'
+binding covers (float32, bfloat16) are routed, before AOTAutograd, to
+``neuron_compile::flash_attention``: one node in the forward graph and one
 ``flash_attention_backward`` node in the backward graph. Wherever XLA CPU runs the graph they
 lower to the references below, written the way the kernels compute (scores in float32, the row
 log-sum-exp saved for the backward). In the module for neuronx-cc they lower to the NKI flash
@@ -63,6 +64,8 @@ FLASH_KERNELS = (
 )
 SEQ_MULTIPLE = 128
 MAX_HEAD_DIM = 128
+#: What the kernels' binding covers; SDPA in another dtype (float16) stays on the math path.
+FLASH_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _scores(q: Tensor, k: Tensor, is_causal: bool, scale: float) -> Tensor:
@@ -185,8 +188,8 @@ def flash_unqualified(args: dict[str, Any]) -> str | None:
         return "dropout"
     if args["enable_gqa"] or q.dim() != 4 or not (q.shape[1] == k.shape[1] == v.shape[1]):
         return "not [batch, heads, seq, dim] with equal heads"
-    if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return f"dtype {q.dtype}"
+    if q.dtype not in FLASH_DTYPES:
+        return f"dtype {q.dtype} (the flash kernels' binding covers float32 and bfloat16)"
     if q.shape[-2] % SEQ_MULTIPLE or k.shape[-2] % SEQ_MULTIPLE:
         return f"sequence lengths {q.shape[-2]}/{k.shape[-2]} not multiples of {SEQ_MULTIPLE}"
     if max(q.shape[-1], v.shape[-1]) > MAX_HEAD_DIM:

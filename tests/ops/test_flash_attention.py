@@ -73,17 +73,22 @@ def _sdpa(**kw):
         ((2, 2, 128, 16), {"dropout_p": 0.1}, (), 0),
         ((2, 2, 128, 16), {}, ("mask",), 0),
         ((2, 128, 16), {}, (), 0),  # not [batch, heads, seq, dim]
+        ((2, 2, 128, 16), {"dtype": torch.bfloat16}, (), 1),
+        ((2, 2, 128, 16), {"dtype": torch.float16}, (), 0),  # not what the kernels' binding covers
     ],
 )
 def test_route_sdpa_qualifies_like_torchneuron(shape, kw, extra, routed):
-    q, k, v = (torch.randn(shape) for _ in range(3))
+    kw = dict(kw)
+    dtype = kw.pop("dtype", torch.float32)
+    q, k, v = (torch.randn(shape, dtype=dtype) for _ in range(3))
     args = [q, k, v] + [torch.ones(shape[-2], shape[-2], dtype=torch.bool) for _ in extra]
     gm = _dynamo_graph(_sdpa(**kw), *args)
     assert route_sdpa(gm) == routed
     ops = {n.target for n in gm.graph.nodes if n.op == "call_function"}
     assert (torch.ops.neuron_compile.flash_attention.default in ops) == bool(routed)
     if routed:
-        torch.testing.assert_close(gm(*args)[0], _sdpa(**kw)(*args), rtol=1e-5, atol=1e-5)
+        tol = 1e-5 if dtype == torch.float32 else 2e-2
+        torch.testing.assert_close(gm(*args)[0], _sdpa(**kw)(*args), rtol=tol, atol=tol)
 
 
 class _Attention(torch.nn.Module):

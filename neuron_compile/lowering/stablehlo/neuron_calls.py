@@ -14,6 +14,7 @@ import torch
 
 from ...nki import KernelSpecialisationError, emit_kernel_call, load_nki, warn_fallback
 from ...ops.flash_attention import (
+    FLASH_DTYPES,
     FLASH_KERNELS,
     attention_backward_reference,
     attention_reference,
@@ -109,7 +110,7 @@ def _launch_grid(batch: int, heads: int, lnc: int | None) -> tuple[Any, ...]:
 
 def _flash_unsupported(q: Value, k: Value, v: Value) -> str | None:
     """Why the kernels' documented limits exclude these shapes (None: they do not)."""
-    if q.dtype not in (torch.float32, torch.bfloat16):
+    if q.dtype not in FLASH_DTYPES:  # routing already keeps others on the math path
         return f"dtype {q.dtype} (the binding covers float32 and bfloat16)"
     if not (q.dtype == k.dtype == v.dtype):
         return "q, k and v differ in dtype (the kernels assume one IO dtype)"
