@@ -15,8 +15,7 @@ log = logging.getLogger(__name__)
 
 GraphPass = Callable[[fx.GraphModule], bool]
 
-LINT_ENV = "NEURON_COMPILE_LINT_EACH_PASS"
-LINT_EACH_PASS = os.environ.get(LINT_ENV, "") not in ("", "0")
+LINT_ENV = "NEURON_COMPILE_LINT_EACH_PASS"  # read per pipeline run, like the other env vars
 
 
 def run_pipeline(
@@ -37,7 +36,11 @@ def run_pipeline(
     done: list[str] = []
     # Linting costs about as much as a pass: after each pass when debugging (names the pass that
     # broke the graph), else once at the end.
-    lint_each = dump_to is not None or LINT_EACH_PASS or log.isEnabledFor(logging.DEBUG)
+    lint_each = (
+        dump_to is not None
+        or os.environ.get(LINT_ENV, "") not in ("", "0")
+        or log.isEnabledFor(logging.DEBUG)
+    )
     _dump(dump_to, 0, "input", gm)
     for position, graph_pass in enumerate(passes, start=1):
         name = graph_pass.__name__
@@ -50,7 +53,12 @@ def run_pipeline(
             ) from e
         if changed:
             if lint_each:
-                gm.graph.lint()
+                try:
+                    gm.graph.lint()
+                except Exception as e:
+                    raise LoweringError(
+                        f"pass {name} left the graph malformed: {e}", hint=BUG_HINT
+                    ) from e
             changed_by.append(name)
             _dump(dump_to, position, name, gm)
         log.debug("pass %s changed=%s", name, changed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch._functorch.aot_autograd import aot_function, make_boxed_func
@@ -97,3 +98,35 @@ def test_trn_order_rewrites_neuron_calls_right_after_fold_permutes():
     assert names[:at] + names[at + 1 :] == [p.__name__ for p in PIPELINE]
     assert [p.__name__ for p in pipeline_for("trn3")] == names
     assert pipeline_for("cpu") == PIPELINE
+
+
+def _two_ops(x):
+    return (x + 1) * 2
+
+
+def _reorder_breaks_graph(gm):
+    """A broken pass: moves the graph's last op before the op it reads."""
+    add, mul = [n for n in gm.graph.nodes if n.op == "call_function"]
+    add.prepend(mul)
+    return True
+
+
+def _noop_change(gm):
+    return True
+
+
+@pytest.mark.parametrize("lint_each", [False, True])
+def test_malformed_graph_names_the_pass_when_linting_each(monkeypatch, lint_each):
+    # The env var is read when the pipeline runs, not when the package is imported.
+    from neuron_compile.errors import LoweringError
+    from neuron_compile.passes.base import LINT_ENV
+
+    monkeypatch.setenv(LINT_ENV, "1" if lint_each else "0")
+    gm = torch.fx.symbolic_trace(_two_ops)
+    with pytest.raises(LoweringError) as info:
+        run_pipeline(gm, (_reorder_breaks_graph, _noop_change))
+    message = str(info.value)
+    if lint_each:
+        assert "pass _reorder_breaks_graph left the graph malformed" in message
+    else:
+        assert "after passes _reorder_breaks_graph, _noop_change" in message and LINT_ENV in message
