@@ -20,7 +20,7 @@ import torch
 import torch.fx as fx
 
 from . import registration
-from .capture import decomposition_table
+from .capture import decomposition_table, saving_random_ops
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
 from .errors import DynamicShapeError
@@ -121,7 +121,7 @@ def compile_frame(
         compile_one.__name__ = f"neuron_{kind}_compiler"
         return compile_one
 
-    partition_fn = partition_with_link(default_partition)
+    partition_fn = partition_with_link(saving_random_ops(default_partition))
     fw_compiler: Any = compiler_for("forward")
     if cached:  # AOTAutogradCache stores and loads our OutputCode (aot_cache.py)
         from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler

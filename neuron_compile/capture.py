@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from functools import lru_cache
 from typing import Any
 
@@ -48,3 +49,32 @@ def decomposition_table(target: str = "cpu") -> dict[Any, Any]:
         for op in NEURON_KEPT:
             table.pop(op, None)
     return table
+
+
+def saving_random_ops(partition_fn: Any) -> Any:
+    """Wrap an AOTAutograd ``partition_fn`` so that random ops inside activation-checkpointed
+    regions are saved for the backward instead of recomputed in it.
+
+    To recompute a dropout, AOTAutograd wraps it in the ``run_and_save_rng_state`` /
+    ``run_with_rng_state`` higher-order ops, which replay torch's CPU generator state (a
+    data-dependent-size tensor): they cannot be compiled, so every checkpointed dropout would
+    split both graphs into CPU fallback regions. Saving the op's results (for dropout: its output
+    and boolean mask) keeps the graphs whole, at the memory cost of those tensors; everything else
+    in the region is still recomputed. Ops a selective-checkpoint policy marks
+    ``MUST_RECOMPUTE`` are the user's explicit choice and stay recomputed (and fall back).
+    """
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    def partition(joint: Any, joint_inputs: Any, **kw: Any) -> Any:
+        for node in joint.graph.nodes:
+            if node.meta.get("recompute") == CheckpointPolicy.PREFER_RECOMPUTE and (
+                torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+            ):
+                # A tuple-valued op (native_dropout) is saved through its getitems: left
+                # recomputable, they would re-run the op in the backward with fresh bits.
+                parts = [u for u in node.users if u.target is operator.getitem]
+                for saved in (node, *parts):
+                    saved.meta["recompute"] = CheckpointPolicy.MUST_SAVE
+        return partition_fn(joint, joint_inputs, **kw)
+
+    return partition

@@ -54,33 +54,3 @@ def test_single_op_island_between_fallbacks_is_not_compiled():
 def test_fully_supported_graph():
     gm = trace_aten(lambda x: x.sin() * 2, torch.randn(3))
     assert is_fully_supported(gm) and split_reasons(gm) == []
-
-
-def test_fallback_warnings_name_higher_order_ops():
-    # Activation checkpointing around dropout: AOTAutograd wraps the dropout in the
-    # run_and_save_rng_state / run_with_rng_state higher-order ops, which have no lowering.
-    # Each graph's fallback warning must name them (it once said "runs 0 op(s)").
-    import warnings
-
-    import torch.nn.functional as F
-    from torch.utils.checkpoint import checkpoint
-
-    from neuron_compile.fallback import FallbackWarning
-
-    def f(x):
-        return checkpoint(lambda t: F.dropout(t * 2.0, 0.5, True), x, use_reentrant=False)
-
-    torch._dynamo.reset()
-    x = torch.randn(8, 4, requires_grad=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = torch.compile(f, backend="neuron")(x)
-        out.sum().backward()
-    torch._dynamo.reset()
-    messages = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
-    assert len(messages) == 2, messages
-    assert "run_and_save_rng_state x1" in messages[0] and "runs 1 op(s)" in messages[0]
-    assert "run_with_rng_state x1" in messages[1] and "runs 1 op(s)" in messages[1]
-    # The replayed mask is the forward's: the gradient is 0 or 2 / (1 - p) = 4 where kept.
-    kept = out != 0
-    torch.testing.assert_close(x.grad, kept.float() * 4.0)
