@@ -51,21 +51,25 @@ def _warn_once(key: str, message: str) -> None:
     warnings.warn(message, UserWarning, stacklevel=3)
 
 
-def _model_name() -> str:
-    """Class name of the module whose frame Dynamo is compiling, else the function's name."""
+def _frame_owner() -> tuple[str, torch.nn.Module | None]:
+    """The module whose frame Dynamo is compiling (its class name and the module), else the
+    function's name and None."""
     try:  # private API: degrade to a generic name if a torch release moves it
         from torch._dynamo.symbolic_convert import InstructionTranslator
 
         tx = InstructionTranslator.current_tx()
         f_locals, code = tx.f_locals, tx.f_code
     except Exception:
-        return "graph"
-    # `self` for model.forward; `fn` for the wrapper Dynamo compiles around Module.__call__.
+        return "graph", None
+    # `self` for model.forward; `fn` for the wrapper Dynamo compiles around Module.__call__;
+    # `args[0]` for a decorator's `wrapped_func(*args, **kwargs)` around a forward (Hugging Face
+    # models), a code object every decorated model class shares.
     for value in f_locals.values():
-        if isinstance(value, torch.nn.Module):
-            return type(value).__name__
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, torch.nn.Module):
+                return type(item).__name__, item
     name = code.co_name
-    return "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_") or "graph"
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_") or "graph", None
 
 
 def compile_frame(
@@ -157,7 +161,11 @@ def neuron_backend(
 ) -> Any:
     """Dynamo backend registered as ``neuron`` and ``neuron_compile``."""
     cfg = load_config(options)
-    model = cfg.model_name or _model_name()
+    owner_name, owner = _frame_owner()
+    model = cfg.model_name or owner_name
+    # Recompiles are counted per frame and module: two models through one shared code object
+    # (a decorator's wrapper) are two first compiles, though Dynamo recompiles that code.
+    frame = frame_key(id(owner) if owner is not None else None)
     registration.warn_if_name_clash()
     if mode not in (None, "default"):
         _warn_once(
@@ -184,11 +192,11 @@ def neuron_backend(
             gm,
             cfg,
             functools.partial(compile_frame, model=model),
-            frame_key=frame_key(),
+            frame_key=frame,
             frame_name=model,
         )
     # A static graph: Dynamo's first compile of this frame, or a recompile (dynamic=False meeting
     # a new shape, or another guard failing), counted and checked against the budget.
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    recompile = note_compile(frame_key(), model, input_specs(names, example_inputs), cfg)
+    recompile = note_compile(frame, model, input_specs(names, example_inputs), cfg)
     return compile_frame(gm, example_inputs, cfg, model=model, recompile=recompile)

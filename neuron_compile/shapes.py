@@ -264,8 +264,9 @@ def diagnose(
     return ", ".join(best)
 
 
-def frame_key() -> Hashable:
-    """Key of the frame Dynamo is compiling now: its frame id plus the graph's index in it."""
+def frame_key(owner: Hashable = None) -> Hashable:
+    """Key of the frame Dynamo is compiling now: its frame id, ``owner`` (the module it runs, if
+    any) and the graph's index in the compile."""
     try:  # private API: degrade to one key per backend call
         from torch._guards import CompileContext
 
@@ -287,7 +288,7 @@ def frame_key() -> Hashable:
                     del _frames[key]
             seen = _graph_counter[full] = (ctx, itertools.count())
         n = next(seen[1])
-    return ("frame", cid.frame_id, n)
+    return ("frame", cid.frame_id, owner, n)
 
 
 def note_compile(key: Hashable, name: str, specs: tuple[InputSpec, ...], cfg: NeuronConfig) -> bool:

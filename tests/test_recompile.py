@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import pytest
@@ -75,6 +76,54 @@ def test_a_frame_compiled_after_dynamo_reset_is_not_compared_with_an_older_one()
     msgs = _recompile_warnings(f, 5)
     assert len(msgs) == 1 and "dim 1=5 (was 4)" in msgs[0] and "recompile 1 of" in msgs[0]
     assert "was 7" not in msgs[0] and "gone" not in msgs[0]
+
+
+def _passing_through(forward):
+    """A decorator like Hugging Face's ``deprecate_kwarg``: every decorated forward runs through
+    one shared code object, ``wrapped_func(*args, **kwargs)``."""
+
+    @functools.wraps(forward)
+    def wrapped_func(*args, **kwargs):
+        return forward(*args, **kwargs)
+
+    return wrapped_func
+
+
+class _Llama(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    @_passing_through
+    def forward(self, x):
+        return self.proj(x)
+
+
+class _Qwen(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(4, 8)
+
+    @_passing_through
+    def forward(self, x):
+        return self.up(x).relu()
+
+
+def test_models_sharing_a_decorated_forward_are_separate_frames():
+    # Two models whose forwards share one wrapper code object are two first compiles, named
+    # after their classes, even under max_recompiles=0; a new shape of one is still a recompile.
+    options = {"max_recompiles": 0}
+    llama = torch.compile(_Llama(), backend="neuron", dynamic=False, options=options)
+    qwen = torch.compile(_Qwen(), backend="neuron", dynamic=False, options=options)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        llama(torch.randn(2, 4))
+        qwen(torch.randn(2, 4))
+    assert not [w for w in caught if issubclass(w.category, RecompileWarning)]
+    names = [r.name for r in neuron_compile.metrics()]
+    assert names[0].startswith("_Llama_") and names[1].startswith("_Qwen_"), names
+    err = _call_error(qwen, 4)  # batch 3, was 2
+    assert err.code == "NC202" and "_Qwen" in str(err)
 
 
 def test_grad_mode_change_is_a_recompile_with_its_reason():
