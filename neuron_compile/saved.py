@@ -11,14 +11,16 @@ device backends do (torch_xla's saved tensors are device tensors); the token is 
 AOTAutograd stores in its autograd context, so it lives exactly as long as the arrays must.
 
 Residency is skipped, and every saved tensor is a real tensor, when something outside us must
-see the saved tensors: saved-tensor hooks (``save_on_cpu``, activation checkpointing, offloading).
-Saved values that are also user outputs are real tensors too, so in-place edits of them still
-trip autograd's version-counter check as in eager. (Compiled autograd with this backend is not
-covered by tests yet.)
+see the saved tensors: saved-tensor hooks (``save_on_cpu``, activation checkpointing, offloading)
+and compiled autograd, which traces the backward graph into its own graph with the saved tensors
+as inputs (a token there would stand in for a real activation). Saved values that are also user
+outputs are real tensors too, so in-place edits of them still trip autograd's version-counter
+check as in eager.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,9 +59,18 @@ def partition_with_link(partition_fn: Any) -> Any:
 _top_hooks = torch._C._autograd._top_saved_tensors_default_hooks
 
 
+def _compiled_autograd_on() -> bool:
+    # True while torch.compile runs a frame with compiled autograd on (config.compiled_autograd
+    # set when torch.compile wrapped the function), i.e. while our forward runs in it.
+    try:  # private module: a torch release that moves it simply loses this check
+        return bool(sys.modules["torch._dynamo.compiled_autograd"].compiled_autograd_enabled)
+    except (KeyError, AttributeError):
+        return False
+
+
 def externally_observed() -> bool:
     """True when saved tensors must be real tensors this call (see the module docstring)."""
-    return _top_hooks(False) is not None
+    return _top_hooks(False) is not None or _compiled_autograd_on()
 
 
 def token_holding(arrays: list[Any]) -> torch.Tensor:

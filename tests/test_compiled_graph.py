@@ -168,6 +168,33 @@ def test_saved_tensor_hooks_on_planned_calls_see_real_tensors(paths):
     assert paths["general"] >= 3 and paths["planned"] >= 2
 
 
+def test_compiled_autograd_traces_real_saved_tensors():
+    # With compiled autograd on, the backward is traced into its own graph with the saved
+    # tensors as inputs: the forward must hand over real activations, not a device token.
+    import neuron_compile
+
+    model, ref = _mlp(), _mlp()
+    xs = [torch.randn(4, 8) for _ in range(3)]
+    got, want = [], []
+    with torch._dynamo.config.patch(compiled_autograd=True):  # read by torch.compile itself
+        step = torch.compile(lambda x: _step_inside(model, x), backend="neuron")
+        for x in xs:
+            model.zero_grad(), ref.zero_grad()
+            got.append(step(x))
+            want.append(_step_inside(ref, x))
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+    names = [r.name for r in neuron_compile.metrics()]
+    assert any(n.startswith("CompiledAutograd") for n in names), names
+
+
+def _step_inside(model, x):
+    loss = model(x).square().mean()
+    loss.backward()
+    return loss.detach()
+
+
 def test_small_float_inputs_are_staged_and_gradients_match(paths, monkeypatch):
     plans = []
     real_init = _FastPlan.__init__
