@@ -191,9 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv, target_args = argv[:split], argv[split + 1 :]
     args = parser.parse_args(argv)
     if target_args:
-        if args.command != "check":
-            parser.error("arguments after -- are only accepted by `check`")
-        args.target_args = target_args
+        if args.command == "check":
+            args.target_args = target_args
+        elif args.command == "precompile":  # `precompile SCRIPT [options] -- SCRIPT ARGS...`
+            args.script_args = [*args.script_args, *target_args]
+        else:
+            parser.error("arguments after -- are only accepted by `check` and `precompile`")
     if args.command == "check":
         return args.check_run(args)
     if args.command == "precompile":

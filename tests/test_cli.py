@@ -42,3 +42,18 @@ def test_json_flag_after_the_subcommand():
     proc = _cli("info", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["backend_names"] == ["neuron", "neuron_compile"]
+
+
+def test_precompile_passes_arguments_after_double_dash_to_the_script(monkeypatch):
+    # Its help says script arguments go "after our options and --"; `--args "..."` also works.
+    from neuron_compile import cli, precompile
+
+    seen = {}
+
+    def fake_main(args, as_json=False):
+        seen.update(script=args.script, script_args=args.script_args, args_str=args.args_str)
+        return 0
+
+    monkeypatch.setattr(precompile, "main", fake_main)
+    assert cli.main(["precompile", "train.py", "--target", "trn2", "--", "--samples", "48"]) == 0
+    assert seen == {"script": "train.py", "script_args": ["--samples", "48"], "args_str": ""}

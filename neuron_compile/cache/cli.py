@@ -58,7 +58,7 @@ def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="drop entries whose component NAME is not VALUE (e.g. neuronx_cc=2.28.7)",
+        help="drop entries whose component NAME is not VALUE (e.g. neuronx-cc=2.28.7)",
     )
     parsers["clear"].add_argument("--failures", action="store_true", help="only failure records")
     parsers["export"].add_argument("keys", nargs="*", help="keys (or unique prefixes)")
