@@ -10,6 +10,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import re
 import threading
 import time
 import warnings
@@ -72,6 +73,32 @@ def _frame_owner() -> tuple[str, torch.nn.Module | None]:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_") or "graph", None
 
 
+_LOCAL = re.compile(r"L\['(\w+)'\]$")
+
+
+def _input_sources(gm: fx.GraphModule) -> list[str | None]:
+    """Per Dynamo graph input, where it comes from in the user's code (``idx``,
+    ``L['self']._modules['fc']._parameters['weight']``), when Dynamo recorded it."""
+    names: list[str | None] = []
+    for node in gm.graph.find_nodes(op="placeholder"):
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(source, "name", None)
+        name = name() if callable(name) else name
+        local = _LOCAL.match(name) if isinstance(name, str) else None
+        names.append(local.group(1) if local else name)
+    return names
+
+
+def _label_user_inputs(fx_gm: fx.GraphModule, sources: list[str | None]) -> None:
+    """Give AOTAutograd's placeholders that are plain user inputs (``primals_3``) the user's
+    name for them (``meta["user_input"]``), for messages such as the 64-bit warning."""
+    for node in fx_gm.graph.find_nodes(op="placeholder"):
+        desc = node.meta.get("desc")
+        index = getattr(desc, "idx", None) if type(desc).__name__ == "PlainAOTInput" else None
+        if isinstance(index, int) and 0 <= index < len(sources) and sources[index]:
+            node.meta["user_input"] = sources[index]
+
+
 def compile_frame(
     gm: fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -98,8 +125,11 @@ def compile_frame(
         counters[kind] += 1
         return f"{model}_{aot_id}_{kind}_{n}"
 
+    sources = _input_sources(gm)
+
     def compiler_for(kind: str):
         def compile_one(fx_gm: fx.GraphModule, inputs: Sequence[Any]) -> Any:
+            _label_user_inputs(fx_gm, sources)
             # The backward graph is traced together with the forward (joint graph): its capture
             # time is already in the forward's record.
             capture = 0.0 if kind == "backward" else time.perf_counter() - start

@@ -282,13 +282,20 @@ def test_metrics_name_kinds_and_calls():
     assert neuron_compile.metrics() == []
 
 
-def test_int64_narrowing_is_announced():
-    f = torch.compile(lambda i: i * 3, backend="neuron")
+def test_int64_narrowing_is_announced_with_the_users_input_names():
+    def f(token_ids, w):
+        return w[token_ids].sum() * 3
+
+    g = torch.compile(f, backend="neuron")
+    w = torch.randn(5, 2, requires_grad=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert torch.equal(f(torch.tensor([1, 2])), torch.tensor([3, 6]))
+        g(torch.tensor([1, 2]), w).backward()
     messages = [str(w.message) for w in caught if issubclass(w.category, DowncastWarning)]
-    assert len(messages) == 1 and "int64 inputs as int32" in messages[0] and "wrap" in messages[0]
+    assert messages and "int64 inputs as int32" in messages[0] and "wrap" in messages[0]
+    # The forward names the argument as the user wrote it, not AOTAutograd's primals_N.
+    assert "token_ids: torch.int64 -> torch.int32" in messages[0]
+    assert "primals_" not in messages[0]
 
 
 def test_executor_failure_at_run_time_is_coded(monkeypatch):

@@ -208,7 +208,8 @@ def lower_graph(
                 )
             ttype = tensor_type(val)
             if ttype.dtype != val.dtype:
-                downcasts.append(f"{node.name}: {val.dtype} -> {ttype.dtype}")
+                label = node.meta.get("user_input") or node.name  # backend._label_user_inputs
+                downcasts.append(f"{label}: {val.dtype} -> {ttype.dtype}")
             env[node] = emitter.arg(ttype)
             inputs.append(
                 InputSpec(placeholder_index[node], node.name, ttype.shape, val.dtype, ttype.dtype)
