@@ -182,6 +182,41 @@ def compile_frame(
         return aot(gm, list(example_inputs))
 
 
+def _nested_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[str]:
+    """Names of the nested (ragged) tensor inputs: shapes no static graph can take."""
+    nodes = gm.graph.find_nodes(op="placeholder")
+    names = [source or node.name for source, node in zip(_input_sources(gm), nodes, strict=True)]
+    return [
+        names[i] if i < len(names) else f"input {i}"
+        for i, x in enumerate(example_inputs)
+        if isinstance(x, torch.Tensor) and x.is_nested
+    ]
+
+
+def _run_nested_eagerly(
+    gm: fx.GraphModule, model: str, nested: list[str], cfg: NeuronConfig
+) -> Any:
+    """A frame with nested-tensor inputs runs eagerly (one FallbackWarning), or NC201 with
+    ``fallback="error"``."""
+    from .fallback import FallbackWarning
+
+    what = f"nested (ragged) tensor input {', '.join(nested)}"
+    hint = (
+        "pad it to a dense tensor before the compiled code (nested.to_padded_tensor(0.0, "
+        "output_size=...)) with one of a few fixed sizes (neuron_compile.bucketing)"
+    )
+    if cfg.fallback == "error":
+        raise DynamicShapeError(
+            f"{model}: {what}", reason="Trainium graphs need every dimension static", hint=hint
+        )
+    warnings.warn(
+        f"neuron-compile: {model} runs eagerly on the CPU: {what} has no static shape; {hint}",
+        FallbackWarning,
+        stacklevel=2,
+    )
+    return gm.forward
+
+
 def neuron_backend(
     gm: fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -203,6 +238,9 @@ def neuron_backend(
             f"neuron-compile ignores mode={mode!r}: Trainium compilation has one mode; "
             "tune with options instead (see README 'Options')",
         )
+    nested = _nested_inputs(gm, example_inputs)
+    if nested:
+        return _run_nested_eagerly(gm, model, nested, cfg)
     dims = symbolic_dims(gm, example_inputs)
     if dims:
         symbolic = describe_symbolic(dims)

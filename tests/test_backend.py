@@ -14,6 +14,7 @@ import torch
 import neuron_compile
 from neuron_compile.compiler import DowncastWarning
 from neuron_compile.errors import NeuronCompileError
+from neuron_compile.fallback import FallbackWarning
 from neuron_compile.shapes import RecompileWarning
 from tests.custom_ops import cpu_scan
 
@@ -328,3 +329,20 @@ def test_hlo_artifact_is_dumped_as_an_hlo_module_proto(tmp_path):
     (proto,) = tmp_path.glob("*/module.hlo.pb")
     assert "stablehlo.multiply" in artifact_text(proto.read_bytes(), "hlo")
     assert not list(tmp_path.glob("*/*.mlirbc"))
+
+
+def test_nested_tensor_input_runs_eagerly_with_a_warning_or_nc201():
+    # A jagged nested tensor has a ragged dim no static graph can take.
+    nt = torch.nested.nested_tensor([torch.randn(2, 3), torch.randn(4, 3)], layout=torch.jagged)
+    f = torch.compile(lambda ragged: ragged * 2, backend="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = f(nt)
+    torch.testing.assert_close(out.values(), nt.values() * 2)
+    messages = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+    assert len(messages) == 1 and "nested (ragged) tensor input ragged" in messages[0]
+    assert "to_padded_tensor" in messages[0]
+
+    torch._dynamo.reset()
+    err = _compile_error(lambda ragged: ragged * 2, nt, options={"fallback": "error"})
+    assert err.code == "NC201" and "ragged" in str(err)
