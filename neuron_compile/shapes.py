@@ -143,8 +143,11 @@ class ShapeSpecializer:
         fn = self._compiled.get(key)
         if fn is None:
             names = [n.name for n in self.gm.graph.nodes if n.op == "placeholder"]
-            note_compile(self.frame_key, self.frame_name, input_specs(names, args), self.cfg)
-            fn = self._compile_frame(self.gm, list(args), self.cfg, recompile=True)
+            specs = input_specs(names, args)
+            again = note_compile(
+                self.frame_key, self.frame_name, specs, self.cfg, specializing=True
+            )
+            fn = self._compile_frame(self.gm, list(args), self.cfg, recompile=again)
             self._compiled[key] = fn
         return fn(*args)
 
@@ -291,16 +294,31 @@ def frame_key(owner: Hashable = None) -> Hashable:
     return ("frame", cid.frame_id, owner, n)
 
 
-def note_compile(key: Hashable, name: str, specs: tuple[InputSpec, ...], cfg: NeuronConfig) -> bool:
+def note_compile(
+    key: Hashable,
+    name: str,
+    specs: tuple[InputSpec, ...],
+    cfg: NeuronConfig,
+    *,
+    specializing: bool = False,
+) -> bool:
     """Record a static compile of frame ``key``; True if it is a recompile (warned about).
 
     Raises NC202 when the recompile is over ``cfg.max_recompiles`` or happens in strict mode
     after warm-up; nothing is recorded then, so the frame's count stays where it was.
+
+    ``specializing``: a ShapeSpecializer's compile. Once Dynamo has an automatic-dynamic entry
+    for a frame, every call reaches it, including the shapes the frame's first static compile
+    covered; compiling one of those again (an identical graph: the disk cache serves it) is not a
+    recompile and spends no budget.
     """
     with _lock:
         frame = _frames.setdefault(key, _Frame(name))
         if not frame.history:
             frame.history.append(specs)
+            return False
+        if specializing and any(not _changes(old, specs, None) for old in frame.history):
+            log.info("%s: specializing again for shapes compiled before", name)
             return False
         why = diagnose(frame.history, specs, cfg.buckets)
         n = frame.recompiles + 1

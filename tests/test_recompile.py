@@ -126,6 +126,15 @@ def test_models_sharing_a_decorated_forward_are_separate_frames():
     assert err.code == "NC202" and "_Qwen" in str(err)
 
 
+def test_a_shape_compiled_first_is_no_recompile_when_the_dynamic_entry_meets_it():
+    # dynamic=None: shape 4 compiles statically; from shape 5 on Dynamo's automatic-dynamic entry
+    # takes every call, shape 4 included. Compiling 4 again there spends no recompile budget.
+    f = torch.compile(_twice_plus_one, backend="neuron", options={"max_recompiles": 2})
+    msgs = _recompile_warnings(f, 4, 5, 6, 4, 5)
+    assert len(msgs) == 2 and "dim 1=5" in msgs[0] and "dim 1=6" in msgs[1]
+    assert [r.recompile for r in neuron_compile.metrics()] == [False, True, True, False]
+
+
 def test_grad_mode_change_is_a_recompile_with_its_reason():
     f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
     _recompile_warnings(f, 4)
