@@ -115,3 +115,22 @@ def test_partitioned_graph_warns_about_downcasts_once():
     downcasts = [w for w in caught if issubclass(w.category, DowncastWarning)]
     assert len(downcasts) == 1, [str(w.message) for w in downcasts]  # one per graph, not per region
     assert neuron_compile.metrics()[0].regions == 2
+
+
+def test_int64_scalars_beyond_int32_run_on_the_cpu_with_exact_results():
+    # int64 runs as int32 (the 64-bit policy); a Python int outside int32 cannot be narrowed, so
+    # its op falls back instead of failing verification with an out-of-range constant.
+    # (Values past int32 that then feed compiled int64 ops still wrap: the documented policy.)
+    def f(t):
+        return t.to(torch.int64) * 2**40, torch.full((1,), 2**35, dtype=torch.int64), t * 2
+
+    x = torch.tensor([3], dtype=torch.int32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(f, backend="neuron")(x)
+    for a, b in zip(got, f(x), strict=True):
+        assert torch.equal(a, b)
+    messages = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+    assert messages and "aten.mul.Tensor" in messages[0] and "aten.full.default" in messages[0]
+    (record,) = neuron_compile.metrics()
+    assert record.regions >= 1  # t * 2 (int32) still compiles

@@ -75,8 +75,30 @@ def lowering(
     return register
 
 
+_INT32 = (-(2**31), 2**31 - 1)
+
+
+def _unnarrowable_scalar(node: fx.Node) -> str | None:
+    """Why an int64 op cannot follow the 64-bit policy: a Python int argument outside int32 (it
+    would be an out-of-range int32 constant). Such a node runs on the CPU instead."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype != torch.int64:
+        return None
+    flat, _ = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
+    for a in flat:
+        if type(a) is int and not _INT32[0] <= a <= _INT32[1]:
+            return (
+                f"int64 scalar {a} does not fit int32, the type int64 runs as "
+                "(options={'sixty_four_bit': ...}); the op runs eagerly on the CPU"
+            )
+    return None
+
+
 def lookup(node: fx.Node) -> Lowering | str:
     """Return the lowering for ``node``, or the reason there is none."""
+    why = _unnarrowable_scalar(node)
+    if why is not None:
+        return why
     reasons = []
     for target in TARGETS:
         entry = _LOWERINGS.get((node.target, target))
