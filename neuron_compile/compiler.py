@@ -69,14 +69,15 @@ def _warn_downcasts(name: str, downcasts: list[str], cfg: NeuronConfig) -> None:
         return
     if cfg.sixty_four_bit == "error":
         raise DtypePolicyError(
-            f"graph {name} has 64-bit inputs: {'; '.join(downcasts)}",
-            hint="convert inputs to float32/int32, or use options={'sixty_four_bit': 'downcast'}",
+            f"graph {name} has 64-bit inputs or values: {'; '.join(downcasts)}",
+            hint="convert inputs to float32/int32 and compute in float32 (no .double()), or use "
+            "options={'sixty_four_bit': 'downcast'}",
         )
     floats = [d for d in downcasts if "float64" in d]
     ints = [d for d in downcasts if "int64" in d]
     parts = []
     if floats:
-        parts.append(f"float64 inputs as float32 ({'; '.join(floats)})")
+        parts.append(f"float64 as float32 ({'; '.join(floats)})")
     if ints:
         parts.append(
             f"int64 inputs as int32 ({'; '.join(ints)}; values outside +-2**31 would wrap)"

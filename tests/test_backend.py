@@ -346,3 +346,19 @@ def test_nested_tensor_input_runs_eagerly_with_a_warning_or_nc201():
     torch._dynamo.reset()
     err = _compile_error(lambda ragged: ragged * 2, nt, options={"fallback": "error"})
     assert err.code == "NC201" and "ragged" in str(err)
+
+
+def test_float64_made_inside_the_graph_is_announced_and_an_error_under_the_policy():
+    def f(a):
+        return (a.double() + 1e-12) - a.double()  # 1e-12 vanishes in float32
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.compile(f, backend="neuron")(torch.ones(3))
+    messages = [str(w.message) for w in caught if issubclass(w.category, DowncastWarning)]
+    assert len(messages) == 1 and "op(s) computing float64" in messages[0]
+    assert "test_backend.py" in messages[0]  # where the first one is
+
+    torch._dynamo.reset()
+    err = _compile_error(f, torch.ones(3), options={"sixty_four_bit": "error"})
+    assert err.code == "NC104" and "computing float64" in str(err)

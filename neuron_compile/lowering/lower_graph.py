@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
-from ..errors import BUG_HINT, LoweringError, UnsupportedOpError
+from ..errors import BUG_HINT, LoweringError, UnsupportedOpError, user_frame
 from . import registry
 from .context import LoweringContext, canonical_dtype, tensor_type
 from .emit import Emitter, TensorType, Value
@@ -130,6 +130,12 @@ def _check_result(node: fx.Node, produced: list[Value | None]) -> None:
             )
 
 
+def _computes_float64(node: fx.Node) -> bool:
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    return any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in vals)
+
+
 def lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
     """Lower one ``call_function`` node whose inputs are already in ``env``."""
     if node.target is operator.getitem:
@@ -182,6 +188,7 @@ def lower_graph(
     env: dict[fx.Node, Any] = {}
     inputs: list[InputSpec] = []
     downcasts: list[str] = []
+    wide: list[fx.Node] = []  # ops whose results are float64, computed as float32
     placeholder_index: dict[fx.Node, int] = {}
     n_placeholders = 0
 
@@ -226,8 +233,16 @@ def lower_graph(
             )
         elif node.op == "call_function":
             env[node] = lower_node(emitter, node, env)
+            if _computes_float64(node):
+                wide.append(node)
         elif node.op == "output":
             emitter.current_node = None
+            if wide:  # inputs are listed by name above; values made inside, once per graph
+                first = wide[0]
+                downcasts.append(
+                    f"{len(wide)} op(s) computing float64, first %{first.name} at "
+                    f"{user_frame(first)}: torch.float64 -> torch.float32"
+                )
             if emitter.rng_arg_index is not None:
                 seed = emitter.args[emitter.rng_arg_index]
                 spec = InputSpec(RNG_SEED, "rng_seed", seed.shape, seed.dtype, seed.dtype)
