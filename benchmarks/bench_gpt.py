@@ -236,8 +236,9 @@ def bare_floor_us(graph: CompiledGraph, args: list[Any], reps: int) -> float:
     then only what jaxlib and torch must do for this graph's interface: hand torch the results it
     receives (one C-level ``map`` over the dlpack bridges) and free every result. Median over
     ``reps`` calls (after 5 warm-up calls) of that work, without the execute and its wait, so it is
-    comparable with ``overhead_us``: the part of the overhead no Python backend on this executor
-    can avoid."""
+    comparable with ``overhead_us``: what no Python backend on this executor can avoid on the way
+    out. (The way in is left out: bringing each call's new inputs, here the token ids, to the
+    executor is counted as ours.)"""
     fast = graph._fast
     if fast is None:
         return float("nan")

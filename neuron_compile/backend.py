@@ -14,6 +14,7 @@ import re
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -230,7 +231,8 @@ def neuron_backend(
     model = cfg.model_name or owner_name
     # Recompiles are counted per frame and module: two models through one shared code object
     # (a decorator's wrapper) are two first compiles, though Dynamo recompiles that code.
-    frame = frame_key(id(owner) if owner is not None else None)
+    # A weak reference: equal for the same live module, never for a new one at a freed address.
+    frame = frame_key(weakref.ref(owner) if owner is not None else None)
     registration.warn_if_name_clash()
     if mode not in (None, "default"):
         _warn_once(

@@ -380,7 +380,7 @@ def inference_graph_text(
     from .lowering import lower_graph
     from .ops.flash_attention import RoutingSdpa
     from .passes import pipeline_for, run_pipeline
-    from .targets import is_neuron_target
+    from .targets import get_target, is_neuron_target, resolve_lnc
 
     # Parameters and buffers become graph inputs (as under torch.compile), so fake tracing
     # never touches real weights and the estimate counts reading them.
@@ -392,6 +392,8 @@ def inference_graph_text(
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     neuron = is_neuron_target(target)
+    if neuron:  # None: NEURON_LOGICAL_NC_CONFIG, else the target default, as NeuronConfig does
+        lnc = resolve_lnc(get_target(target), lnc)
     routing = RoutingSdpa() if neuron and flash_attention else contextlib.nullcontext()
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), routing:  # the backend's SDPA path
         gm = make_fx(call, decomposition_table=decomposition_table(target), tracing_mode="fake")(

@@ -11,9 +11,11 @@ device backends do (torch_xla's saved tensors are device tensors); the token is 
 AOTAutograd stores in its autograd context, so it lives exactly as long as the arrays must.
 
 Residency is skipped, and every saved tensor is a real tensor, when something outside us must
-see the saved tensors: saved-tensor hooks (``save_on_cpu``, activation checkpointing, offloading)
-and compiled autograd, which traces the backward graph into its own graph with the saved tensors
-as inputs (a token there would stand in for a real activation). Saved values that are also user
+see the saved tensors: saved-tensor hooks (``save_on_cpu``, offloading) and compiled autograd,
+which traces the backward graph into its own graph with the saved tensors as inputs (a token
+there would stand in for a real activation). Compiled autograd is seen when it is on while the
+forward runs (``torch._dynamo.config.compiled_autograd`` set before ``torch.compile``); enabling
+it only around ``backward()`` (``compiled_autograd._enable``) is not covered. Saved values that are also user
 outputs are real tensors too, so in-place edits of them still trip autograd's version-counter
 check as in eager.
 """

@@ -174,6 +174,8 @@ class _Frame:
     name: str
     history: list[tuple[InputSpec, ...]] = field(default_factory=list)
     recompiles: int = 0
+    #: specs of the frame's static (Dynamo) compiles a ShapeSpecializer has not compiled again
+    static: list[tuple[InputSpec, ...]] = field(default_factory=list)
 
 
 _lock = threading.Lock()
@@ -308,17 +310,23 @@ def note_compile(
     after warm-up; nothing is recorded then, so the frame's count stays where it was.
 
     ``specializing``: a ShapeSpecializer's compile. Once Dynamo has an automatic-dynamic entry
-    for a frame, every call reaches it, including the shapes the frame's first static compile
-    covered; compiling one of those again (an identical graph: the disk cache serves it) is not a
-    recompile and spends no budget.
+    for a frame, every call reaches it, including the shapes a static compile of the frame
+    covered; compiling one of those again, once, is not a recompile and spends no budget. (A
+    specializer's own earlier shapes do count: a new specializer means Dynamo recompiled the
+    frame for another guard.)
     """
     with _lock:
         frame = _frames.setdefault(key, _Frame(name))
+        if specializing:
+            for i, old in enumerate(frame.static):
+                if not _changes(old, specs, None):
+                    del frame.static[i]
+                    log.info("%s: specializing again for shapes compiled before", name)
+                    return False
         if not frame.history:
             frame.history.append(specs)
-            return False
-        if specializing and any(not _changes(old, specs, None) for old in frame.history):
-            log.info("%s: specializing again for shapes compiled before", name)
+            if not specializing:
+                frame.static.append(specs)
             return False
         why = diagnose(frame.history, specs, cfg.buckets)
         n = frame.recompiles + 1
@@ -326,6 +334,8 @@ def note_compile(
         over = cfg.max_recompiles is not None and n > cfg.max_recompiles
         if not strict and not over:
             frame.history.append(specs)
+            if not specializing:
+                frame.static.append(specs)
             frame.recompiles = n
             _events.append(f"{name}: {why}")
     what = f"{name}: new static compile for {why}"

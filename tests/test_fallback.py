@@ -134,3 +134,21 @@ def test_int64_scalars_beyond_int32_run_on_the_cpu_with_exact_results():
     assert messages and "aten.mul.Tensor" in messages[0] and "aten.full.default" in messages[0]
     (record,) = neuron_compile.metrics()
     assert record.regions >= 1  # t * 2 (int32) still compiles
+
+
+def test_int64_slices_to_the_end_stay_compiled():
+    # AOTAutograd writes x[:, 1:] as slice(x, 1, 1, INT64_MAX): a bound, not a value.
+    f = torch.compile(lambda ids: ids[:, 1:] + 1, backend="neuron", options={"fallback": "error"})
+    ids = torch.arange(12).view(3, 4)
+    assert torch.equal(f(ids), ids[:, 1:] + 1)
+
+
+def test_int64_comparison_with_a_value_beyond_int32_runs_on_the_cpu():
+    # A bool result, an int64 input: the value 2**40 would still be an int32 constant.
+    ids = torch.tensor([2**40, 3])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = torch.compile(lambda t: t == 2**40, backend="neuron")(ids)
+    assert torch.equal(got, torch.tensor([True, False]))
+    messages = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
+    assert messages and "aten.eq.Scalar" in messages[0]

@@ -135,6 +135,22 @@ def test_a_shape_compiled_first_is_no_recompile_when_the_dynamic_entry_meets_it(
     assert [r.recompile for r in neuron_compile.metrics()] == [False, True, True, False]
 
 
+def test_after_going_dynamic_a_recompile_for_another_guard_still_counts():
+    # Shape 4 and 5 make the frame dynamic; switching dropout to eval recompiles the frame
+    # (another guard): its shape-5 graph is new, not a shape compiled before.
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5))
+    f = torch.compile(model, backend="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f(torch.randn(4, 4))
+        f(torch.randn(5, 4))
+        model.eval()
+        f(torch.randn(5, 4))
+    msgs = [str(w.message) for w in caught if issubclass(w.category, RecompileWarning)]
+    assert len(msgs) == 2, msgs
+    assert "same input shapes as an earlier compile" in msgs[1]
+
+
 def test_grad_mode_change_is_a_recompile_with_its_reason():
     f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
     _recompile_warnings(f, 4)

@@ -130,10 +130,18 @@ def _check_result(node: fx.Node, produced: list[Value | None]) -> None:
             )
 
 
-def _computes_float64(node: fx.Node) -> bool:
-    val = node.meta.get("val")
+def _is_float64(val: Any) -> bool:
     vals = val if isinstance(val, (tuple, list)) else (val,)
     return any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in vals)
+
+
+def _computes_float64(node: fx.Node) -> bool:
+    """True for an op that makes float64 values from no float64 input (``.double()``,
+    ``arange(dtype=float64)``): ops merely carrying float64 inputs along are covered by the
+    inputs' entries."""
+    if node.target is operator.getitem or not _is_float64(node.meta.get("val")):
+        return False
+    return not any(_is_float64(arg.meta.get("val")) for arg in node.all_input_nodes)
 
 
 def lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
@@ -237,7 +245,7 @@ def lower_graph(
                 wide.append(node)
         elif node.op == "output":
             emitter.current_node = None
-            if wide:  # inputs are listed by name above; values made inside, once per graph
+            if wide:  # inputs are listed by name above; float64 made inside, once per graph
                 first = wide[0]
                 downcasts.append(
                     f"{len(wide)} op(s) computing float64, first %{first.name} at "

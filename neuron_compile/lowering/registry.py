@@ -76,20 +76,30 @@ def lowering(
 
 
 _INT32 = (-(2**31), 2**31 - 1)
+#: Schema types of value arguments: a Python int there becomes a constant of the op's dtype
+#: (sizes, dims and slice bounds are ``int``/``int[]`` and may hold INT64_MAX as "to the end").
+_VALUE_TYPES = {"Tensor", "Optional[Tensor]", "number", "Optional[number]"}
 
 
 def _unnarrowable_scalar(node: fx.Node) -> str | None:
-    """Why an int64 op cannot follow the 64-bit policy: a Python int argument outside int32 (it
-    would be an out-of-range int32 constant). Such a node runs on the CPU instead."""
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or val.dtype != torch.int64:
+    """Why an op on int64 cannot follow the 64-bit policy: a Python int value argument outside
+    int32 (it would be an out-of-range int32 constant). Such a node runs on the CPU instead."""
+    if not isinstance(node.target, OpOverload) or torch.int64 not in _tensor_dtypes(node):
         return None
-    flat, _ = torch.utils._pytree.tree_flatten((node.args, node.kwargs))
-    for a in flat:
-        if type(a) is int and not _INT32[0] <= a <= _INT32[1]:
+    schema = node.target._schema.arguments
+    named = {a.name: a for a in schema}
+    positional = zip(schema, node.args, strict=False)  # trailing defaults may be omitted
+    pairs = [*positional, *((named.get(k), v) for k, v in node.kwargs.items())]
+    for arg, value in pairs:
+        if (
+            type(value) is int
+            and arg is not None
+            and str(arg.type) in _VALUE_TYPES
+            and not _INT32[0] <= value <= _INT32[1]
+        ):
             return (
-                f"int64 scalar {a} does not fit int32, the type int64 runs as "
-                "(options={'sixty_four_bit': ...}); the op runs eagerly on the CPU"
+                f"int64 value {value} does not fit int32, the type int64 runs as (the 64-bit "
+                "policy); the op runs eagerly on the CPU"
             )
     return None
 

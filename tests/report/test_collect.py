@@ -69,8 +69,8 @@ def test_downcast_points_at_first_use_of_the_float64_input(sample_run):
         SAMPLES,
         line_of("downcast"),
     )
-    assert f.details["inputs"] == ["arg0_1: torch.float64 -> torch.float32"]
-    assert f.message == "float64 inputs run as float32: arg0_1: torch.float64 -> torch.float32"
+    assert f.details["inputs"] == ["x: torch.float64 -> torch.float32"]  # the user's name
+    assert f.message == "float64 inputs run as float32: x: torch.float64 -> torch.float32"
 
 
 def test_recompile_names_the_changed_dim(sample_run):
