@@ -74,6 +74,17 @@ def _frame_owner() -> tuple[str, torch.nn.Module | None]:
     return "".join(c if c.isalnum() or c == "_" else "_" for c in name).strip("_") or "graph", None
 
 
+def _identity(owner: torch.nn.Module | None) -> Any:
+    """A key for ``owner``: a weak reference, equal for the same live module and never for a new
+    one at a freed address (``id`` when the class forbids weak references)."""
+    if owner is None:
+        return None
+    try:
+        return weakref.ref(owner)
+    except TypeError:
+        return id(owner)
+
+
 _LOCAL = re.compile(r"L\['(\w+)'\]$")
 
 
@@ -231,8 +242,7 @@ def neuron_backend(
     model = cfg.model_name or owner_name
     # Recompiles are counted per frame and module: two models through one shared code object
     # (a decorator's wrapper) are two first compiles, though Dynamo recompiles that code.
-    # A weak reference: equal for the same live module, never for a new one at a freed address.
-    frame = frame_key(weakref.ref(owner) if owner is not None else None)
+    frame = frame_key(_identity(owner))
     registration.warn_if_name_clash()
     if mode not in (None, "default"):
         _warn_once(

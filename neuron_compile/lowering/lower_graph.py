@@ -196,7 +196,7 @@ def lower_graph(
     env: dict[fx.Node, Any] = {}
     inputs: list[InputSpec] = []
     downcasts: list[str] = []
-    wide: list[fx.Node] = []  # ops whose results are float64, computed as float32
+    wide: list[fx.Node] = []  # ops that make float64 values (computed as float32)
     placeholder_index: dict[fx.Node, int] = {}
     n_placeholders = 0
 
