@@ -101,6 +101,16 @@ def _input_sources(gm: fx.GraphModule) -> list[str | None]:
     return names
 
 
+def _input_names(gm: fx.GraphModule) -> list[str]:
+    """Names for recompile diagnoses: the user's name of each tensor input (``x``), the FX name
+    of everything else (size symbols such as ``s0`` keep theirs: the diagnosis skips them)."""
+    nodes = gm.graph.find_nodes(op="placeholder")
+    return [
+        source if source and isinstance(node.meta.get("example_value"), torch.Tensor) else node.name
+        for source, node in zip(_input_sources(gm), nodes, strict=True)
+    ]
+
+
 def _label_user_inputs(fx_gm: fx.GraphModule, sources: list[str | None]) -> None:
     """Give AOTAutograd's placeholders that are plain user inputs (``primals_3``) the user's
     name for them (``meta["user_input"]``), for messages such as the 64-bit warning."""
@@ -274,9 +284,9 @@ def neuron_backend(
             functools.partial(compile_frame, model=model),
             frame_key=frame,
             frame_name=model,
+            input_names=_input_names(gm),
         )
     # A static graph: Dynamo's first compile of this frame, or a recompile (dynamic=False meeting
     # a new shape, or another guard failing), counted and checked against the budget.
-    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    recompile = note_compile(frame, model, input_specs(names, example_inputs), cfg)
+    recompile = note_compile(frame, model, input_specs(_input_names(gm), example_inputs), cfg)
     return compile_frame(gm, example_inputs, cfg, model=model, recompile=recompile)

@@ -111,8 +111,13 @@ class ShapeSpecializer:
         compile_frame: Callable[..., Any],
         frame_key: Hashable = None,
         frame_name: str = "graph",
+        input_names: Sequence[str] | None = None,
     ) -> None:
         self.gm = gm
+        #: placeholder names for diagnoses (the user's, where the backend knows them)
+        self.input_names = list(
+            input_names or (n.name for n in gm.graph.find_nodes(op="placeholder"))
+        )
         self.frame_key = frame_key if frame_key is not None else id(self)
         self.frame_name = frame_name
         self.cfg = cfg
@@ -142,8 +147,7 @@ class ShapeSpecializer:
         key = _signature(args)
         fn = self._compiled.get(key)
         if fn is None:
-            names = [n.name for n in self.gm.graph.nodes if n.op == "placeholder"]
-            specs = input_specs(names, args)
+            specs = input_specs(self.input_names, args)
             again = note_compile(
                 self.frame_key, self.frame_name, specs, self.cfg, specializing=True
             )

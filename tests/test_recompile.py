@@ -46,7 +46,7 @@ def test_dynamic_false_recompiles_are_counted_and_name_the_changed_dim():
     f = torch.compile(_twice_plus_one, backend="neuron", dynamic=False)
     msgs = _recompile_warnings(f, 4, 4, 6, 4)
     assert len(msgs) == 1, msgs
-    assert "l_x_ dim 1=6 (was 4)" in msgs[0] and "dim 0" not in msgs[0]
+    assert "x dim 1=6 (was 4)" in msgs[0] and "dim 0" not in msgs[0]
     assert "recompile 1 of" in msgs[0] and "bucket" in msgs[0]
     assert [r.recompile for r in neuron_compile.metrics()] == [False, True]
     assert len(neuron_compile.recompiles()) == 1 and "dim 1=6" in neuron_compile.recompiles()[0]
@@ -167,7 +167,7 @@ def test_max_recompiles_trips_exactly_one_past_the_budget(dynamic):
     assert len(_recompile_warnings(f, 2, 3, 4)) == 2  # recompiles 1 and 2 are within budget
     err = _call_error(f, 5)
     assert err.code == "NC202"
-    assert "l_x_ dim 1=5" in str(err) and "max_recompiles=2" in err.reason
+    assert "x dim 1=5" in str(err) and "max_recompiles=2" in err.reason
     assert err.recompiles == 3
     # Shapes compiled before the budget ran out keep working, without new compiles.
     assert _recompile_warnings(f, 3, 4) == []
@@ -262,5 +262,5 @@ def test_graph_break_frames_are_counted_separately():
             torch.testing.assert_close(f(x), _with_graph_break(x))
     msgs = [str(w.message) for w in caught if issubclass(w.category, RecompileWarning)]
     assert len(msgs) == 2
-    assert "l_x_ dim 0=6 (was 4)" in msgs[0] and "l_y_ dim 0=6 (was 4)" in msgs[1]
+    assert "x dim 0=6 (was 4)" in msgs[0] and "y dim 0=6 (was 4)" in msgs[1]
     assert [r.recompile for r in neuron_compile.metrics()] == [False, False, True, True]

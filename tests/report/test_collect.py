@@ -77,7 +77,7 @@ def test_recompile_names_the_changed_dim(sample_run):
     report, _, _ = sample_run
     (f,) = _only(report, "recompile")
     assert (f.code, f.location.file, f.location.line) == ("NC202", SAMPLES, line_of("recompile"))
-    assert f.details["changed"] == "l_x_ dim 0=6 (was 4)"
+    assert f.details["changed"] == "x dim 0=6 (was 4)"
     assert [g.recompile for g in report.graphs if g.name.startswith("shape_sensitive")] == [
         False,
         True,
