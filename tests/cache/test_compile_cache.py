@@ -133,3 +133,24 @@ def test_cache_off(monkeypatch):
     out, expected, records = _compile_mlp()
     assert records[0].cache_source == "off" and records.cache["enabled"] is False
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.filterwarnings("ignore:neuron-compile. target trn2 without neuronx-cc")
+def test_a_trn_graph_and_its_cpu_stand_in_are_separate_entries():
+    # On trn2, GELU becomes an AwsNeuronGelu kernel call; XLA CPU runs a stand-in module with the
+    # references. The record describes the trn artifact, and the stand-in never explains it.
+    from neuron_compile.cache.store import DiskCache
+    from neuron_compile.compiler import STAND_IN, cache_name
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU())
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        out = torch.compile(model, backend="neuron", options={"target": "trn2"})(x)
+        torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-5)
+    (record,) = neuron_compile.metrics()
+    graph = cache_name(record.name)
+    assert record.cache_miss == [f"first compile of {graph}"]
+    entries = DiskCache(os.environ["NEURON_COMPILE_CACHE_DIR"]).entries()
+    trn = [e for e in entries if e.graph_name == graph]
+    cpu = [e for e in entries if e.graph_name == graph + STAND_IN]
+    assert len(trn) == 1 and len(cpu) == 1 and trn[0].key == record.cache_key
