@@ -254,6 +254,19 @@ def _changes(
     return out
 
 
+def _new_shape(history: Sequence[tuple[InputSpec, ...]], new: tuple[InputSpec, ...]) -> bool:
+    """True unless some earlier specialization had every tensor input ``new`` has, with the same
+    shape (inputs that disappeared, such as BatchNorm's counter in eval mode, do not count)."""
+    tensors = {
+        n.name: n.shape for n in new if n.shape is not None and not _SIZE_SYMBOL.match(n.name)
+    }
+    for old in history:
+        before = {o.name: o.shape for o in old}
+        if all(before.get(name) == shape for name, shape in tensors.items()):
+            return False
+    return True
+
+
 def diagnose(
     history: Sequence[tuple[InputSpec, ...]],
     new: tuple[InputSpec, ...],
@@ -336,17 +349,24 @@ def note_compile(
         n = frame.recompiles + 1
         strict = cfg.strict_recompile and _warmup["done"]
         over = cfg.max_recompiles is not None and n > cfg.max_recompiles
-        if not strict and not over:
+        recorded = not strict and not over
+        if recorded:
             frame.history.append(specs)
             if not specializing:
                 frame.static.append(specs)
             frame.recompiles = n
             _events.append(f"{name}: {why}")
     what = f"{name}: new static compile for {why}"
-    fix = (
-        "pad variable dimensions to fixed buckets (neuron_compile.bucketing: pad_to_bucket, "
-        "bucketed_collate, BucketedModule; `neuron-compile buckets plan` picks them)"
-    )
+    if _new_shape(frame.history[:-1] if recorded else frame.history, specs):
+        fix = (
+            "pad variable dimensions to fixed buckets (neuron_compile.bucketing: pad_to_bucket, "
+            "bucketed_collate, BucketedModule; `neuron-compile buckets plan` picks them)"
+        )
+    else:  # grad mode, model.train()/eval(), a flag: each such mode is one compile
+        fix = (
+            "no input shape changed: the graph depends on a mode (grad mode, model.train()/"
+            "eval(), a global flag); run each mode you use once during warm-up"
+        )
     if strict:
         raise RecompileLimitError(
             what,
@@ -364,7 +384,7 @@ def note_compile(
             recompiles=n,
         )
     warnings.warn(
-        f"neuron-compile: recompiling for {why} (recompile {n} of {name}). Every new shape is a "
+        f"neuron-compile: recompiling for {why} (recompile {n} of {name}). Every recompile is a "
         f"separate Trainium compilation: {fix}.",
         RecompileWarning,
         stacklevel=3,

@@ -47,7 +47,7 @@ def test_dynamic_false_recompiles_are_counted_and_name_the_changed_dim():
     msgs = _recompile_warnings(f, 4, 4, 6, 4)
     assert len(msgs) == 1, msgs
     assert "x dim 1=6 (was 4)" in msgs[0] and "dim 0" not in msgs[0]
-    assert "recompile 1 of" in msgs[0] and "bucket" in msgs[0]
+    assert "recompile 1 of" in msgs[0] and "pad variable dimensions to fixed buckets" in msgs[0]
     assert [r.recompile for r in neuron_compile.metrics()] == [False, True]
     assert len(neuron_compile.recompiles()) == 1 and "dim 1=6" in neuron_compile.recompiles()[0]
 
@@ -149,6 +149,7 @@ def test_after_going_dynamic_a_recompile_for_another_guard_still_counts():
     msgs = [str(w.message) for w in caught if issubclass(w.category, RecompileWarning)]
     assert len(msgs) == 2, msgs
     assert "same input shapes as an earlier compile" in msgs[1]
+    assert "no input shape changed" in msgs[1] and "model.train()/eval()" in msgs[1]
 
 
 def test_grad_mode_change_is_a_recompile_with_its_reason():
@@ -157,6 +158,8 @@ def test_grad_mode_change_is_a_recompile_with_its_reason():
     with torch.no_grad():
         msgs = _recompile_warnings(f, 4)
     assert len(msgs) == 1 and "grad mode=False (was True)" in msgs[0]
+    # No shape changed: the advice is about modes, not about padding to buckets.
+    assert "no input shape changed" in msgs[0] and "pad variable dimensions" not in msgs[0]
 
 
 @pytest.mark.parametrize("dynamic", [False, None])
