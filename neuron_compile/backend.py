@@ -111,14 +111,17 @@ def _input_names(gm: fx.GraphModule) -> list[str]:
     ]
 
 
-def _label_user_inputs(fx_gm: fx.GraphModule, sources: list[str | None]) -> None:
+def _label_user_inputs(fx_gm: fx.GraphModule, sources: list[str | None], kind: str) -> None:
     """Give AOTAutograd's placeholders that are plain user inputs (``primals_3``) the user's
-    name for them (``meta["user_input"]``), for messages such as the 64-bit warning."""
+    name for them (``meta["user_input"]``), for messages such as the 64-bit warning; in a
+    backward graph the other inputs are activations the forward saved, and say so."""
     for node in fx_gm.graph.find_nodes(op="placeholder"):
         desc = node.meta.get("desc")
         index = getattr(desc, "idx", None) if type(desc).__name__ == "PlainAOTInput" else None
         if isinstance(index, int) and 0 <= index < len(sources) and sources[index]:
             node.meta["user_input"] = sources[index]
+        elif kind == "backward" and desc is None:
+            node.meta["user_input"] = f"%{node.name} (saved by the forward)"
 
 
 def compile_frame(
@@ -151,7 +154,7 @@ def compile_frame(
 
     def compiler_for(kind: str):
         def compile_one(fx_gm: fx.GraphModule, inputs: Sequence[Any]) -> Any:
-            _label_user_inputs(fx_gm, sources)
+            _label_user_inputs(fx_gm, sources, kind)
             # The backward graph is traced together with the forward (joint graph): its capture
             # time is already in the forward's record.
             capture = 0.0 if kind == "backward" else time.perf_counter() - start

@@ -287,7 +287,7 @@ def test_metrics_name_kinds_and_calls():
 
 def test_int64_narrowing_is_announced_with_the_users_input_names():
     def f(token_ids, w):
-        return w[token_ids].sum() * 3
+        return w[token_ids + 1].sum() * 3  # the backward reads the saved int64 token_ids + 1
 
     g = torch.compile(f, backend="neuron")
     w = torch.randn(5, 2, requires_grad=True)
@@ -299,6 +299,8 @@ def test_int64_narrowing_is_announced_with_the_users_input_names():
     # The forward names the argument as the user wrote it, not AOTAutograd's primals_N.
     assert "token_ids: torch.int64 -> torch.int32" in messages[0]
     assert "primals_" not in messages[0]
+    # The backward's int64 input is an activation the forward saved, and says so.
+    assert len(messages) == 2 and "(saved by the forward): torch.int64" in messages[1]
 
 
 def test_executor_failure_at_run_time_is_coded(monkeypatch):
