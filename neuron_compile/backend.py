@@ -207,17 +207,6 @@ def compile_frame(
         return aot(gm, list(example_inputs))
 
 
-def _nested_inputs(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[str]:
-    """Names of the nested (ragged) tensor inputs: shapes no static graph can take."""
-    nodes = gm.graph.find_nodes(op="placeholder")
-    names = [source or node.name for source, node in zip(_input_sources(gm), nodes, strict=True)]
-    return [
-        names[i] if i < len(names) else f"input {i}"
-        for i, x in enumerate(example_inputs)
-        if isinstance(x, torch.Tensor) and x.is_nested
-    ]
-
-
 def _run_nested_eagerly(
     gm: fx.GraphModule, model: str, nested: list[str], cfg: NeuronConfig
 ) -> Any:
@@ -263,7 +252,13 @@ def neuron_backend(
             f"neuron-compile ignores mode={mode!r}: Trainium compilation has one mode; "
             "tune with options instead (see README 'Options')",
         )
-    nested = _nested_inputs(gm, example_inputs)
+    names = _input_names(gm)
+    # Nested (ragged) tensors have shapes no static graph can take.
+    nested = [
+        names[i] if i < len(names) else f"input {i}"
+        for i, x in enumerate(example_inputs)
+        if isinstance(x, torch.Tensor) and x.is_nested
+    ]
     if nested:
         return _run_nested_eagerly(gm, model, nested, cfg)
     dims = symbolic_dims(gm, example_inputs)
@@ -287,9 +282,9 @@ def neuron_backend(
             functools.partial(compile_frame, model=model),
             frame_key=frame,
             frame_name=model,
-            input_names=_input_names(gm),
+            input_names=names,
         )
     # A static graph: Dynamo's first compile of this frame, or a recompile (dynamic=False meeting
     # a new shape, or another guard failing), counted and checked against the budget.
-    recompile = note_compile(frame, model, input_specs(_input_names(gm), example_inputs), cfg)
+    recompile = note_compile(frame, model, input_specs(names, example_inputs), cfg)
     return compile_frame(gm, example_inputs, cfg, model=model, recompile=recompile)

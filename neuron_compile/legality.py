@@ -26,6 +26,7 @@ import torch.fx as fx
 from . import errors
 from .cost_model import nbytes, tensors_in
 from .lowering.lower_graph import LoweredGraph
+from .lowering.registry import INT32, int64_value_beyond_int32
 from .targets import Target
 
 aten = torch.ops.aten
@@ -159,31 +160,6 @@ def check_dtypes(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
 
 _ATTR_DICT = re.compile(r"\{[^{}]*\}")
 _TYPE_64 = re.compile(r"tensor<(?:[0-9x?]*x)?(i64|ui64|f64)>")
-_INT32 = (-(2**31), 2**31 - 1)
-#: ops whose int arguments are *values* of the result (not dims, sizes or slice bounds, which
-#: legitimately hold INT64_MAX as "to the end").
-_VALUE_OPS = {
-    aten.full,
-    aten.full_like,
-    aten.scalar_tensor,
-    aten.fill,
-    aten.arange,
-    aten.add,
-    aten.sub,
-    aten.rsub,
-    aten.mul,
-    aten.div,
-    aten.remainder,
-    aten.where,
-    aten.clamp,
-    aten.masked_fill,
-    aten.eq,
-    aten.ne,
-    aten.lt,
-    aten.le,
-    aten.gt,
-    aten.ge,
-}
 
 
 def check_int64(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
@@ -213,9 +189,10 @@ def check_int64(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
             const = getattr(gm, str(node.target), None)
             if isinstance(const, torch.Tensor) and const.numel():
                 values = list(_min_max(const))
-        elif getattr(node.target, "overloadpacket", None) in _VALUE_OPS:
-            values = [a for a in (*node.args, *node.kwargs.values()) if type(a) is int]
-        bad = [v for v in values if not _INT32[0] <= v <= _INT32[1]]
+        else:  # the same rule that sends such an op to the CPU (lowering/registry.py)
+            big = int64_value_beyond_int32(node)
+            values = [big] if big is not None else []
+        bad = [v for v in values if not INT32[0] <= v <= INT32[1]]
         if bad:
             yield Violation(
                 "int64",

@@ -195,7 +195,9 @@ class _KernelDouble:
         return self.contract(inputs, grid)
 
     def contract(self, inputs: dict[str, Any], grid: tuple[Any, ...]) -> list[tuple[Any, Any]]:
-        raise NotImplementedError
+        """The kernel's documented checks and output (shape, dtype) list: each subclass (the
+        forward and backward doubles below) has its own."""
+        raise NotImplementedError(f"{type(self).__name__} must define its kernel's contract")
 
 
 def _seed_ok(seed: Any) -> None:

@@ -159,8 +159,11 @@ def run(args: argparse.Namespace, as_json: bool = False) -> int:
             ]
             if not keys:
                 raise SystemExit("neuron-compile: nothing to export (give keys or --graph)")
-            bundle = cache.export(keys, args.output)
-            result = {"bundle": str(bundle), "keys": cache.exportable(keys)}
+            from .bundle import write_bundle
+
+            entries = cache.exportable(keys)  # read and verified once, listed as written
+            bundle = write_bundle([(e.manifest, e.files()) for e in entries], Path(args.output))
+            result = {"bundle": str(bundle), "keys": [e.key for e in entries]}
         elif cmd == "import":
             result = {"imported": cache.import_bundle(args.bundle)}
         elif cmd == "explain":

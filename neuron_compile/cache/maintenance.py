@@ -284,7 +284,9 @@ class Maintenance:
                 self._warn(f"cannot promote {key[:12]} to {self.remote}: {exc}")
         return copied
 
-    def _exportable(self, keys: list[str]) -> list[Any]:
+    def exportable(self, keys: list[str]) -> list[Any]:
+        """The verified entries of ``keys`` a bundle carries: all but host-specific executables
+        (raises ``CacheBundleError`` for a key without a valid entry)."""
         entries = []
         for key in keys:
             entry = self.get(key, count=False)  # exporting is not a hit
@@ -296,18 +298,13 @@ class Maintenance:
                 entries.append(entry)
         return entries
 
-    def exportable(self, keys: list[str]) -> list[str]:
-        """The ``keys`` a bundle of them holds: all but host-specific executables (raises
-        ``CacheBundleError`` for a key without a valid entry)."""
-        return [entry.key for entry in self._exportable(keys)]
-
     def export(self, keys: list[str], bundle: Path) -> Path:
         """Write a portable bundle (directory, or ``.tar``/``.tar.gz``) of the verified entries
         of ``keys``, host-specific executables left out (``exportable``)."""
         from .bundle import write_bundle
 
-        entries = [(e.manifest, e.files()) for e in self._exportable(keys)]
-        return write_bundle(entries, Path(bundle))
+        entries = self.exportable(keys)
+        return write_bundle([(e.manifest, e.files()) for e in entries], Path(bundle))
 
     def import_bundle(self, bundle: Path) -> list[str]:
         """Validate the whole bundle, then install its entries; returns the bundle's keys."""

@@ -75,15 +75,16 @@ def lowering(
     return register
 
 
-_INT32 = (-(2**31), 2**31 - 1)
+#: The int32 range int64 is narrowed to (the 64-bit policy).
+INT32 = (-(2**31), 2**31 - 1)
 #: Schema types of value arguments: a Python int there becomes a constant of the op's dtype
 #: (sizes, dims and slice bounds are ``int``/``int[]`` and may hold INT64_MAX as "to the end").
 _VALUE_TYPES = {"Tensor", "Optional[Tensor]", "number", "Optional[number]"}
 
 
-def _unnarrowable_scalar(node: fx.Node) -> str | None:
-    """Why an op on int64 cannot follow the 64-bit policy: a Python int value argument outside
-    int32 (it would be an out-of-range int32 constant). Such a node runs on the CPU instead."""
+def int64_value_beyond_int32(node: fx.Node) -> int | None:
+    """A Python int value argument outside int32 of an op on int64 (it would become an
+    out-of-range int32 constant under the 64-bit policy), else None."""
     if not isinstance(node.target, OpOverload) or torch.int64 not in _tensor_dtypes(node):
         return None
     schema = node.target._schema.arguments
@@ -95,20 +96,20 @@ def _unnarrowable_scalar(node: fx.Node) -> str | None:
             type(value) is int
             and arg is not None
             and str(arg.type) in _VALUE_TYPES
-            and not _INT32[0] <= value <= _INT32[1]
+            and not INT32[0] <= value <= INT32[1]
         ):
-            return (
-                f"int64 value {value} does not fit int32, the type int64 runs as (the 64-bit "
-                "policy); the op runs eagerly on the CPU"
-            )
+            return value
     return None
 
 
 def lookup(node: fx.Node) -> Lowering | str:
     """Return the lowering for ``node``, or the reason there is none."""
-    why = _unnarrowable_scalar(node)
-    if why is not None:
-        return why
+    big = int64_value_beyond_int32(node)
+    if big is not None:  # the op runs on the CPU instead
+        return (
+            f"int64 value {big} does not fit int32, the type int64 runs as (the 64-bit policy); "
+            "the op runs eagerly on the CPU"
+        )
     reasons = []
     for target in TARGETS:
         entry = _LOWERINGS.get((node.target, target))
