@@ -44,7 +44,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,20 +52,63 @@ import torch
 import torch.fx as fx
 from torch._inductor.output_code import OutputCode
 
+from .cache.fx_index import ArgSpec, arg_spec, graph_signature, signature_mismatch
 from .config import NeuronConfig
+from .lowering.lower_graph import is_effect_token
 from .saved import META_KEY, SavedLink, partition_attaching
 
 log = logging.getLogger(__name__)
 
 PAIR_KEY = "neuron_aot_pair"
 #: Bumped when NeuronOutputCode's pickled form changes (part of the cache key tag).
-FORMAT_VERSION = 1
+#: 2: graphs are traced with unlifted effect tokens and entries record their ``Convention``.
+FORMAT_VERSION = 2
+_TAKES_TOKENS = "graph takes lifted effect tokens (a cache hit would not pass them)"
 #: Config fields that only name or dump graphs (``dump_dir`` turns the cache off).
 _KEY_EXCLUDED = ("model_name", "dump_dir", "extra")
 
 
 class AotCacheMiss(RuntimeError):
     """An AOTAutograd cache entry whose graphs cannot be rebuilt here; AOTAutograd traces."""
+
+
+@dataclass(frozen=True)
+class Convention:
+    """How AOTAutograd calls a compiled graph, recorded when it compiles and checked when a cache
+    hit loads it: a loaded runner must take the arguments the cache hit's wrappers pass and
+    return what they unpack, or it is refused (AOTAutograd then traces and compiles again).
+
+    ``tokens`` counts inputs that are lifted effect tokens: the cold path's
+    ``EffectTokensWrapper`` passes them, the cache-hit path rebuilds no such wrapper, so a graph
+    that takes one can never be called alike from both (backend traces with unlifted tokens).
+    ``flat`` says the inputs are the frame's own arguments one for one (no deduplicated or
+    synthetic-base arguments, no RNG state), so a forward or inference hit can compare them with
+    the arguments it is loaded for."""
+
+    inputs: tuple[ArgSpec, ...]
+    outputs: int
+    tokens: int
+    flat: bool
+
+    @staticmethod
+    def of(gm: fx.GraphModule, frame_args: tuple[ArgSpec, ...] | None) -> Convention:
+        inputs, outputs = graph_signature(gm)
+        tokens = sum(map(is_effect_token, gm.graph.find_nodes(op="placeholder")))
+        return Convention(inputs, outputs, tokens, frame_args is not None and inputs == frame_args)
+
+    def mismatch(self, lowered: Any, kind: str, loaded_with: Sequence[Any]) -> str | None:
+        """Why a runner built from ``lowered`` (the FX index entry's specs) cannot be called as
+        this convention says, or by a cache hit loaded with ``loaded_with``; None if it can."""
+        if self.tokens:
+            return _TAKES_TOKENS
+        why = signature_mismatch(self.inputs, self.outputs, lowered)
+        if why is not None:
+            return why
+        if kind != "backward" and self.flat:
+            got = tuple(arg_spec(a) for a in loaded_with)
+            if got != self.inputs:
+                return "the cache hit's arguments differ from the graph's inputs"
+        return None
 
 
 @dataclass
@@ -132,6 +175,10 @@ class _Frame:
     next_name: Callable[[str], str]
     start: float
     recompile: bool
+    #: ``arg_spec`` of each argument AOTAutograd got from Dynamo (``Convention.flat``).
+    args: tuple[ArgSpec, ...] = ()
+    #: Why a cache hit of this frame was refused at load ("" if none was).
+    refused: str = ""
 
 
 _local = threading.local()
@@ -139,7 +186,11 @@ _local = threading.local()
 
 @contextlib.contextmanager
 def frame(
-    cfg: NeuronConfig, next_name: Callable[[str], str], start: float, recompile: bool
+    cfg: NeuronConfig,
+    next_name: Callable[[str], str],
+    start: float,
+    recompile: bool,
+    args: Sequence[Any] = (),
 ) -> Iterator[None]:
     """Around one AOTAutograd call with our compilers: tag the cache key with our config, make
     AOTAutogradCache store our OutputCode itself (bundled), and tell ``post_compile`` how to
@@ -149,7 +200,7 @@ def frame(
     user_tag = torch.compiler.config.cache_key_tag
     tag = cache_tag(cfg) + (f"|{user_tag}" if user_tag else "")
     previous = getattr(_local, "frame", None)
-    _local.frame = _Frame(cfg, next_name, start, recompile)
+    _local.frame = _Frame(cfg, next_name, start, recompile, tuple(arg_spec(a) for a in args))
     try:
         with (
             torch.compiler.config.patch(cache_key_tag=tag),
@@ -164,6 +215,17 @@ def frame(
             yield
     finally:
         _local.frame = previous
+
+
+def refused_reason() -> str:
+    """Why the current frame's AOTAutogradCache hit was refused at load, or ""."""
+    ctx: _Frame | None = getattr(_local, "frame", None)
+    return ctx.refused if ctx is not None else ""
+
+
+def _frame_args() -> tuple[ArgSpec, ...] | None:
+    ctx: _Frame | None = getattr(_local, "frame", None)
+    return ctx.args if ctx is not None else None
 
 
 @contextlib.contextmanager
@@ -196,6 +258,7 @@ class NeuronOutputCode(OutputCode):
         kind: str,
         pair: AotPair | None,
         reason: str | None,
+        convention: Convention,
         *,
         fx_key: str | None = None,
         node_count: int = 0,
@@ -212,6 +275,7 @@ class NeuronOutputCode(OutputCode):
         self.kind = kind
         self.pair = pair
         self.reason = reason  # why this graph cannot be stored, or None
+        self.convention = convention
         self.fx_key: str | None = getattr(runner, "fx_key", fx_key)
         #: The graph key, checked against the FX index entry at load (None: deferred backward).
         self.graph_key: str | None = getattr(record, "cache_key", None)
@@ -246,6 +310,7 @@ class NeuronOutputCode(OutputCode):
             "reason": self.reason,
             "kind": self.kind,
             "pair": self.pair,
+            "convention": self.convention,
             "fx_key": self.fx_key,
             "graph_key": self.graph_key,
             "node_count": self.node_count,
@@ -260,6 +325,7 @@ class NeuronOutputCode(OutputCode):
         reason: str | None,
         kind: str,
         pair: AotPair | None,
+        convention: Convention,
         fx_key: str,
         graph_key: str | None,
         node_count: int,
@@ -270,7 +336,7 @@ class NeuronOutputCode(OutputCode):
         self._fx_graph_cache_debug_lines = None
         self._time_taken_ns = time_taken_ns
         self.runner = self.pending = None
-        self.kind, self.pair, self.reason = kind, pair, reason
+        self.kind, self.pair, self.reason, self.convention = kind, pair, reason, convention
         self.fx_key, self.graph_key, self.node_count = fx_key, graph_key, node_count
 
     def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
@@ -279,7 +345,7 @@ class NeuronOutputCode(OutputCode):
             return
         if self.reason is not None:  # never stored; defensive
             raise AotCacheMiss(self.reason)
-        self.runner = _load(self)
+        self.runner = _load(self, example_inputs)
 
     def set_triton_bundle(self, triton_bundle: Any) -> None:
         pass
@@ -288,31 +354,37 @@ class NeuronOutputCode(OutputCode):
 def wrap(runner: Any, gm: fx.GraphModule, kind: str, cfg: NeuronConfig) -> NeuronOutputCode:
     """Our compiler's result for ``gm`` as an ``OutputCode`` (every graph must be one while the
     forward compiler is serializable), marked uncacheable with the reason when it is."""
-    from .compiled_graph import CompiledGraph
-
     if kind == "forward":
         _declare_no_donated_buffers()
     pair = gm.meta.get(PAIR_KEY)
-    reason = None
-    if not isinstance(runner, CompiledGraph):
-        reason = "graph has CPU-fallback regions"
-    elif runner.fx_key is None:
-        reason = "graph has no FX index key"
-    elif any(s.attr for s in runner.lowered.inputs):
-        reason = "graph has constants"
-    else:
-        from .cache.tiers import disk_cache
-
-        disk = disk_cache()
-        if disk is None or disk.get(runner.fx_key, count=False) is None:
-            reason = "graph's FX index entry is not on disk"
+    convention = Convention.of(gm, _frame_args())
+    reason = _why_not_stored(runner, convention)
     if pair is not None:
         if reason is None:
             pair.fx_keys.append(runner.fx_key)
         if kind == "forward":
             link: SavedLink | None = gm.meta.get(META_KEY)
             pair.resident = tuple(link.resident) if link is not None else ()
-    return NeuronOutputCode(runner, kind, pair, reason)
+    return NeuronOutputCode(runner, kind, pair, reason, convention)
+
+
+def _why_not_stored(runner: Any, convention: Convention) -> str | None:
+    """Why a compiled graph cannot be rebuilt from our cache by a cache hit, or None."""
+    from .cache.tiers import disk_cache
+    from .compiled_graph import CompiledGraph
+
+    if convention.tokens:  # no cache hit could call it as it was compiled (``Convention``)
+        return _TAKES_TOKENS
+    if not isinstance(runner, CompiledGraph):
+        return "graph has CPU-fallback regions"
+    if runner.fx_key is None:
+        return "graph has no FX index key"
+    if any(s.attr for s in runner.lowered.inputs):
+        return "graph has constants"
+    disk = disk_cache()
+    if disk is None or disk.get(runner.fx_key, count=False) is None:
+        return "graph's FX index entry is not on disk"
+    return None
 
 
 def _declare_no_donated_buffers() -> None:
@@ -343,8 +415,11 @@ def defer(
 
     pair = gm.meta.get(PAIR_KEY)
     fx_key = fx_index_key(gm, cfg)
+    convention = Convention.of(gm, None)
     reason = None
-    if fx_key is None:
+    if convention.tokens:
+        reason = _TAKES_TOKENS
+    elif fx_key is None:
         reason = "graph has no FX index key"
     elif any(n.op == "get_attr" for n in gm.graph.nodes):
         reason = "graph has constants"
@@ -358,13 +433,14 @@ def defer(
         kind,
         pair,
         reason,
+        convention,
         fx_key=fx_key,
         node_count=node_count,
         pending=lambda: compile_now(fx_key),  # the key is hashed once (~15 ms on TinyGPT)
     )
 
 
-def _load(code: NeuronOutputCode) -> Any:
+def _load(code: NeuronOutputCode, loaded_with: Sequence[Any]) -> Any:
     from .cache.fx_index import INDEX_FILE, load_index
     from .cache.tiers import disk_cache
     from .compiler import _compile_region, _warn_downcasts
@@ -390,6 +466,11 @@ def _load(code: NeuronOutputCode) -> Any:
     stale = code.graph_key is not None and graph_key.digest() != code.graph_key
     if stale or any(s.attr for s in lowered.inputs):
         raise AotCacheMiss(f"FX index entry {code.fx_key} no longer matches")
+    mismatch = code.convention.mismatch(lowered, code.kind, loaded_with)
+    if mismatch is not None:
+        ctx.refused = f"{code.kind} graph: {mismatch}"
+        log.info("AOTAutograd cache entry refused at load (%s); tracing", ctx.refused)
+        raise AotCacheMiss(ctx.refused)
     name = ctx.next_name(code.kind)
     record = GraphRecord(
         name=name,

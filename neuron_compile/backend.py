@@ -159,8 +159,11 @@ def compile_frame(
             # time is already in the forward's record.
             capture = 0.0 if kind == "backward" else time.perf_counter() - start
 
+            # A backward compiles at its first call, after the frame: read the refusal now.
+            refused = aot_cache.refused_reason() if cached else ""
+
             def compile_now(fx_key: str | None = None) -> Any:
-                return compile_graph(
+                runner = compile_graph(
                     fx_gm,
                     inputs,
                     name=next_name(kind),
@@ -170,6 +173,8 @@ def compile_frame(
                     recompile=recompile,
                     fx_key=fx_key,
                 )
+                runner.record.aot_cache_refused = refused
+                return runner
 
             if not cached:
                 return compile_now()
@@ -201,10 +206,27 @@ def compile_frame(
 
         route_sdpa(gm)
     scope = (
-        aot_cache.frame(cfg, next_name, start, recompile) if cached else contextlib.nullcontext()
+        aot_cache.frame(cfg, next_name, start, recompile, example_inputs)
+        if cached
+        else contextlib.nullcontext()
     )
-    with sdpa_kernel(SDPBackend.MATH), scope:
+    with sdpa_kernel(SDPBackend.MATH), scope, _effect_tokens_inside_graphs():
         return aot(gm, list(example_inputs))
+
+
+def _effect_tokens_inside_graphs() -> contextlib.AbstractContextManager:
+    """Trace effectful ops (``_linalg_check_errors``, ``print``) with their effect tokens made
+    and consumed inside the graph (``prims._make_token``/``_sink_tokens``), as Inductor does.
+
+    Otherwise AOTAutograd lifts the tokens to graph inputs and outputs and wraps the compiled
+    graph in an ``EffectTokensWrapper`` that adds and strips them on each call; its cache-hit path
+    rebuilds every wrapper but that one (it assumes Inductor's unlifted graphs), so a warm start
+    would call the graph without its token: a different calling convention than the one compiled.
+    With unlifted tokens both paths call the graph alike (aot_cache also refuses any entry whose
+    graph takes a token, as a guard)."""
+    import torch._functorch.config as functorch_config
+
+    return functorch_config.patch(unlift_effect_tokens=True)
 
 
 def _run_nested_eagerly(

@@ -21,7 +21,14 @@ import torch.fx as fx
 
 from . import artifact as artifact_mod
 from .cache import executable_cache
-from .cache.fx_index import INDEX_FILE, dump_index, index_key, load_index
+from .cache.fx_index import (
+    INDEX_FILE,
+    dump_index,
+    graph_signature,
+    index_key,
+    load_index,
+    signature_mismatch,
+)
 from .cache.key import CacheKey, executable_key, graph_key
 from .cache.manifest import is_local_only
 from .cache.store import DiskCache
@@ -335,6 +342,10 @@ def _index_lookup(
         return fx_key, None
     if not all(hasattr(gm, s.attr) for s in lowered.inputs if s.attr):
         return fx_key, None  # constants a pass would have created: take the long way
+    unfit = signature_mismatch(*graph_signature(gm), lowered)
+    if unfit is not None:  # a damaged or misplaced entry: recompiled, never called
+        log.warning("graph %s: FX index entry does not fit the graph (%s); lowering", name, unfit)
+        return fx_key, None
     return fx_key, (key, lowered)
 
 

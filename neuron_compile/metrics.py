@@ -33,6 +33,9 @@ class GraphRecord:
     cache_source: str = ""
     cache_key: str = ""
     cache_miss: list[str] = field(default_factory=list)  # why the disk lookup missed
+    #: Why PyTorch's AOTAutogradCache entry for this graph's frame was refused at load (it could
+    #: not be called as it was compiled, aot_cache.Convention), so the frame was traced again.
+    aot_cache_refused: str = ""
     calls: int = 0
     recompile: bool = False  # a new static specialization of an already compiled frame
     downcasts: list[str] = field(default_factory=list)

@@ -47,10 +47,25 @@ def partition_attaching(partition_fn: Any, key: str, make: Any) -> Any:
 
     def partition(joint: fx.GraphModule, joint_inputs: Any, *, num_fwd_outputs: int, **kw: Any):
         fw, bw = partition_fn(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
-        fw.meta[key] = bw.meta[key] = make(num_fwd_outputs)
+        fw.meta[key] = bw.meta[key] = make(num_fwd_outputs - _tokens_to_unlift(fw))
         return fw, bw
 
     return partition
+
+
+def _tokens_to_unlift(fw: fx.GraphModule) -> int:
+    """Effect-token outputs AOTAutograd removes from the forward after partitioning.
+
+    The backend traces with ``unlift_effect_tokens``: the partitioned forward still takes each
+    token as an input and returns it first, then AOTAutograd's ``unlift_tokens`` erases one token
+    input and one token output per effect (torch/_functorch/_aot_autograd/utils.py), so the
+    forward we compile has that many fewer outputs before its saved values."""
+    import torch._functorch.config as functorch_config
+
+    if not functorch_config.unlift_effect_tokens:
+        return 0
+    effects = fw.graph.find_nodes(op="call_function", target=torch.ops.higher_order.with_effects)
+    return len({n.args[0] for n in effects if n.args[0].op == "placeholder"})
 
 
 def partition_with_link(partition_fn: Any) -> Any:

@@ -129,3 +129,38 @@ def load_index(data: bytes) -> tuple[CacheKey, LoweredGraph]:
     outputs = [OutputSpec(k, int(i), _dtype(dt), v) for k, i, dt, v in d["outputs"]]
     lowered = LoweredGraph(d["text"], inputs, outputs, int(d["num_results"]), list(d["downcasts"]))
     return key, lowered
+
+
+#: A graph input as a calling convention sees it: ``(dtype, shape)`` of a tensor, or a type name.
+ArgSpec = tuple[str, tuple[int, ...]] | str
+
+
+def arg_spec(value: Any) -> ArgSpec:
+    """``(dtype, shape)`` of a (fake or real) tensor, without touching its storage."""
+    if isinstance(value, torch.Tensor):
+        return str(value.dtype), tuple(d if isinstance(d, int) else -1 for d in value.shape)
+    return type(value).__name__
+
+
+def graph_signature(gm: fx.GraphModule) -> tuple[tuple[ArgSpec, ...], int]:
+    """``arg_spec`` of each placeholder of ``gm``, and how many values it returns."""
+    inputs = tuple(arg_spec(n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder"))
+    results = next(iter(gm.graph.find_nodes(op="output"))).args[0]
+    return inputs, len(results) if isinstance(results, (tuple, list)) else 1
+
+
+def signature_mismatch(
+    inputs: tuple[ArgSpec, ...], outputs: int, lowered: LoweredGraph
+) -> str | None:
+    """Why a runner built from an index entry's ``lowered`` specs cannot be called with the
+    arguments of a graph of this signature and return its values, or None if it can. Cheap:
+    run on every warm start, so a damaged or misplaced entry is recompiled, never called."""
+    for spec in lowered.inputs:
+        if spec.attr is not None or spec.index < 0:
+            continue  # a constant or the per-call RNG seed: not an argument
+        want = (str(spec.dtype), tuple(spec.shape))
+        if spec.index >= len(inputs) or inputs[spec.index] != want:
+            return f"the index entry's input {spec.name} {want} is not the graph's"
+    if len(lowered.outputs) != outputs:
+        return f"the index entry returns {len(lowered.outputs)} values, the graph {outputs}"
+    return None

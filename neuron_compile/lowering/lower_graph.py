@@ -65,6 +65,12 @@ def _inline_constant(emitter: Emitter, tensor: torch.Tensor, ttype: TensorType) 
     return emitter.constant(array, ttype)
 
 
+def is_effect_token(placeholder: fx.Node) -> bool:
+    """A graph input that only threads AOTAutograd's effect token through ``with_effects``."""
+    users = placeholder.users
+    return bool(users) and all(u.target is torch.ops.higher_order.with_effects for u in users)
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """One ``@main`` argument: graph input ``index``, a ``get_attr`` constant ``attr``, or the
@@ -210,7 +216,7 @@ def lower_graph(
                 # Unused, or only returned as is (the output plan hands the caller's tensor
                 # back): never transferred, which saves a dlpack round trip per call.
                 continue
-            if all(u.target is torch.ops.higher_order.with_effects for u in node.users):
+            if is_effect_token(node):
                 # An effect token (threaded through _linalg_check_errors): AOTAutograd passes
                 # None at runtime and the token carries no data, so it is never transferred.
                 env[node] = emitter.full(0, tensor_type(val).shape, tensor_type(val).dtype)

@@ -215,13 +215,15 @@ def test_output_code_pickles_small_and_without_the_runner():
         fx_key = "f" * 64
 
     pair = aot_cache.AotPair(3, resident=(0, 1), fx_keys=["f" * 64])
-    code = aot_cache.NeuronOutputCode(Runner(), "forward", pair, None)
+    convention = aot_cache.Convention((("torch.float32", (5, 8)),), 3, 0, True)
+    code = aot_cache.NeuronOutputCode(Runner(), "forward", pair, None, convention)
     data = pickle.dumps(code)
     assert b"Runner" not in data and len(data) < 1024
     loaded = pickle.loads(data)
     assert loaded.runner is None and loaded.fx_key == "f" * 64 and loaded.pair.resident == (0, 1)
+    assert loaded.convention == convention
     with pytest.raises(aot_cache.AotCacheMiss):  # outside a neuron_compile frame
         loaded.post_compile([], None, {})
-    bad = aot_cache.NeuronOutputCode(Runner(), "forward", pair, "graph has constants")
+    bad = aot_cache.NeuronOutputCode(Runner(), "forward", pair, "graph has constants", convention)
     with pytest.raises(BypassAOTAutogradCache, match="constants"):
         bad.prepare_for_serialization()

@@ -40,3 +40,50 @@ def test_specs_round_trip():
     assert key2 == key
     assert back.text == lowered.text and back.num_results == lowered.num_results
     assert back.inputs == lowered.inputs and back.outputs == lowered.outputs
+
+
+def test_signature_mismatch_names_what_does_not_fit():
+    from neuron_compile.cache.fx_index import graph_signature, signature_mismatch
+
+    gm = make_fx(lambda x, y: (x + y, x.sum()))(torch.randn(4, 3), torch.randn(4, 3))
+    lowered = lower_graph(gm)
+    assert signature_mismatch(*graph_signature(gm), lowered) is None
+    wider = make_fx(lambda x, y: (x + y, x.sum()))(torch.randn(4, 5), torch.randn(4, 5))
+    assert "input" in signature_mismatch(*graph_signature(wider), lowered)
+    one_input = make_fx(lambda x: (x + x, x.sum()))(torch.randn(4, 3))
+    assert "input" in signature_mismatch(*graph_signature(one_input), lowered)
+    one_output = make_fx(lambda x, y: x + y)(torch.randn(4, 3), torch.randn(4, 3))
+    assert "returns 2 values" in signature_mismatch(*graph_signature(one_output), lowered)
+
+
+def test_an_index_entry_that_does_not_fit_its_graph_is_recompiled_not_called(caplog):
+    """A damaged entry under a graph's FX index key (here: another graph's specs) must never
+    run: the warm start lowers the graph again and gets the right answer."""
+    import json
+    import shutil
+
+    from neuron_compile.cache.fx_index import INDEX_FILE
+    from neuron_compile.cache.tiers import disk_cache
+
+    def f(x, y):
+        return x * y + 1
+
+    x, y = torch.randn(6, 4), torch.randn(6, 4)
+    cold = torch.compile(f, backend="neuron", options={"aot_cache": False})(x, y)
+    disk = disk_cache()
+    [entry] = [e for e in disk.entries() if e.graph_name.endswith(".index")]
+    payload = json.loads(entry.read(INDEX_FILE))
+    payload["inputs"][0][2] = [4, 6]  # the first input's shape, as another graph has it
+    shutil.rmtree(entry.path)  # replaced by a well-formed entry with the damaged specs
+    disk.put(
+        entry.key,
+        {INDEX_FILE: json.dumps(payload).encode()},
+        graph_name=entry.graph_name,
+        components=entry.components,
+    )
+    torch._dynamo.reset()
+    with caplog.at_level("WARNING", logger="neuron_compile.compiler"):
+        out = torch.compile(f, backend="neuron", options={"aot_cache": False})(x, y)
+    assert torch.equal(out, cold)
+    torch.testing.assert_close(out, f(x, y))
+    assert "does not fit the graph" in caplog.text

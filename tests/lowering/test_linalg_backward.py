@@ -43,6 +43,11 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Callable[[], torch.Tensor], ...
         (lambda: _general(2, 4, 4), lambda: torch.randn(2, 4, 3)),
     ),
     "inv": (lambda a: torch.linalg.inv(a), (lambda: _general(3, 4, 4),)),
+    # Two effect tokens in one forward, each unlifted after partitioning (saved.py).
+    "inv-twice": (
+        lambda a: torch.linalg.inv(a) + torch.linalg.inv(a + 1),
+        (lambda: _general(3, 4, 4),),
+    ),
     "det": (lambda a: torch.linalg.det(a), (lambda: _general(2, 4, 4),)),
     "lu-factor": (lambda a: torch.linalg.lu_factor(a).LU, (lambda: _general(2, 4, 4),)),
     "slogdet": (lambda a: torch.linalg.slogdet(a).logabsdet, (lambda: _general(2, 4, 4),)),

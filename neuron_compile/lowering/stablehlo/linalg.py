@@ -94,8 +94,21 @@ def _effectful_check_errors(node) -> str | None:
 @lowering(torch.ops.higher_order.with_effects, supports=_effectful_check_errors)
 def _lower_with_effects(ctx: LoweringContext, token: Value, op, *args, **kwargs):
     """AOTAutograd threads an effect token through ``_linalg_check_errors``: pass it through
-    (the token placeholder is an empty constant, see ``lower_graph``)."""
+    (the token is an empty constant: ``_make_token`` below, or a token placeholder of a graph
+    traced with lifted tokens, see ``lower_graph``)."""
     return token, None
+
+
+# Our AOTAutograd graphs are traced with ``unlift_effect_tokens`` (backend.compile_frame): the
+# token is made and consumed inside the graph, so the graph's inputs and outputs carry none.
+@lowering(torch.ops.prims._make_token.default, supports=always)
+def _lower_make_token(ctx: LoweringContext) -> Value:
+    return ctx.emit.full(0, (0,), torch.float32)
+
+
+@lowering(torch.ops.prims._sink_tokens.default, supports=always)
+def _lower_sink_tokens(ctx: LoweringContext, tokens: list[Value]) -> None:
+    return None
 
 
 def triangular_solve(
