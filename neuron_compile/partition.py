@@ -4,21 +4,29 @@ Nodes whose lowering lookup fails run as eager ATen ops between compiled regions
 ``SplitReason`` (op, why, the user's line). Compiled regions with a single compute op are not
 worth a device round trip and merge back into the eager part (``CapabilityBasedPartitioner``'s
 single-node filter).
+
+Eager ops with effects (collectives, ``wait_tensor``, asserts: ``passes.effects.has_effects``) are
+barriers: no compiled region holds nodes from both sides of one. The partitioner places a region
+where its last node was and then sorts the graph topologically, so a region spanning a collective
+would drag the collective (and every eager node after it) behind the region's later work, and two
+collectives could swap. With the barriers every eager effect keeps its place relative to the others
+and to all compiled work, and the fallback runs the graph's nodes in order.
 """
 
 from __future__ import annotations
 
 import operator
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.fx as fx
-from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner, Partition
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from .errors import user_frame, user_source_line
 from .lowering import registry
+from .passes.effects import has_effects
 
 
 @dataclass(frozen=True)
@@ -124,7 +132,8 @@ def partition(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[str]]:
     partitioner = CapabilityBasedPartitioner(
         gm, _NeuronSupport(), allows_single_node_partition=False
     )
-    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    proposed = _split_at_effects(gm.graph, partitioner.propose_partitions())
+    fused = partitioner.fuse_partitions(proposed)
     names = []
     for node in fused.graph.nodes:
         if node.op != "call_module":
@@ -137,6 +146,33 @@ def partition(gm: fx.GraphModule) -> tuple[fx.GraphModule, list[str]]:
                 ph.meta["val"] = arg.meta.get("val")
         node.meta["val"] = _output_val(sub)
     return fused, names
+
+
+def _split_at_effects(graph: fx.Graph, partitions: list[Partition]) -> list[Partition]:
+    """``partitions`` cut wherever an eager op with effects lies between their nodes (see the
+    module docstring); pieces left with a single compute node run eagerly, as the partitioner's
+    own filter would have decided."""
+    # The span between two eager effects: every node gets the number of such effects before it
+    # (an effect node itself counts as after its own barrier; it is never in a partition).
+    span: dict[fx.Node, int] = {}
+    barriers = 0
+    for node in graph.nodes:
+        if node.op == "call_function" and has_effects(node) and not _is_supported(node):
+            barriers += 1
+        span[node] = barriers
+    if not barriers:
+        return partitions
+    pieces: list[Partition] = []
+    for partition in partitions:
+        by_span: dict[int, list[fx.Node]] = defaultdict(list)
+        for node in partition.nodes:
+            by_span[span[node]].append(node)
+        for nodes in by_span.values():
+            # A subset of an acyclic partition within one span is acyclic: every path between
+            # two of its nodes runs forward in graph order, so it stays inside the span.
+            if sum(n.target is not operator.getitem for n in nodes) > 1:
+                pieces.append(Partition(id=len(pieces), nodes=nodes))
+    return pieces
 
 
 def _output_val(sub: fx.GraphModule):

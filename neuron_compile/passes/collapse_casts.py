@@ -12,6 +12,7 @@ dtype the outer cast is dropped too (``x`` is read directly), unless that would 
 output alias a graph input or another output. Only when the inner cast has no other users
 (otherwise the rewrite would add a cast), and never when the graph writes to any tensor of the
 chain (a cast is then a real snapshot). A cast to the same dtype alone is ``remove_noops``' job.
+Ops with effects (``effects.has_effects``) are never part of a chain.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import logging
 import torch
 import torch.fx as fx
 
-from .effects import alias_root, mutated_roots
+from .effects import alias_root, has_effects, mutated_roots, without_effects
 from .graph_queries import can_replace_output, nodes_calling
 
 log = logging.getLogger(__name__)
@@ -86,12 +87,12 @@ def collapse_casts(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     written = mutated_roots(graph)
     collapsed = dropped = 0
-    for node in nodes_calling(graph, _CASTS):
+    for node in nodes_calling(graph, without_effects(_CASTS)):
         outer = _cast(node)
         if outer is None:
             continue
         inner_node, _ = outer
-        inner = _cast(inner_node)
+        inner = None if has_effects(inner_node) else _cast(inner_node)
         if inner is None or len(inner_node.users) != 1:
             continue
         x, mid = inner

@@ -1,17 +1,24 @@
 """Shared side-effect predicates for passes: which nodes must stay, which may be merged or moved.
 
-Every pass that deletes, merges or reorders nodes asks these questions, so the answers live in one
-place and err on the side of keeping a node.
+Every pass that deletes, merges, evaluates, rewrites or reorders nodes asks these questions (and so
+does the partitioner), so the answers live in one place and err on the side of keeping a node.
+
+Two kinds of "impure" matter. ``is_impure``: deleting the node could change behaviour
+(mutations, RNG, effects). ``has_effects``: the node talks to the world outside the graph
+(collectives, ``wait_tensor``, prints, asserts, ops torch registered effects for); no pass may
+evaluate, fold, merge, remove, rewrite or reorder it. NOTE: torch marks only some of these
+(``wait_tensor`` is in FX's side-effect set, ``all_reduce`` is not: its schema is functional), so
+communication is recognised by namespace and by schema as well.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import torch
 import torch.fx as fx
-from torch._ops import HigherOrderOperator, OpOverload
+from torch._ops import HigherOrderOperator, OpOverload, OpOverloadPacket
 
 from .graph_queries import nodes_calling_any
 
@@ -20,6 +27,15 @@ from .graph_queries import nodes_calling_any
 _RANDOM_NAME_PARTS = ("rand", "bernoulli", "dropout", "rng", "seed", "normal", "uniform", "poisson")
 _RANDOM_NAME_PARTS += ("multinomial", "exponential", "cauchy", "geometric", "philox")
 _SIDE_EFFECT_NAME_PARTS = ("assert", "print", "profiler", "record_function", "effect", "token")
+#: Op namespaces whose every op communicates with other processes. The functional collectives
+#: (``_c10d_functional``, its autograd twin, the legacy ``c10d_functional``) have functional
+#: schemas, so nothing else tells that their result depends on every other rank.
+COMMUNICATION_NAMESPACES = frozenset(
+    {"_c10d_functional", "_c10d_functional_autograd", "c10d_functional", "c10d", "_dtensor"}
+)
+#: Schema types of TorchBind objects (``ProcessGroup``, ``Work``, ``_RecordFunction``): an op that
+#: takes or returns one acts on state outside the graph.
+_SCRIPT_OBJECT_TYPE = "__torch__.torch.classes."
 
 
 def op_name(target: object) -> str:
@@ -62,6 +78,56 @@ def _is_random_op(target: object) -> bool:
     return any(part in name for part in _RANDOM_NAME_PARTS)
 
 
+def op_namespace(target: object) -> str | None:
+    """The operator namespace of an ``OpOverload``/``OpOverloadPacket`` (``aten``, ...), else
+    None."""
+    if isinstance(target, OpOverload):
+        return target.namespace
+    if isinstance(target, OpOverloadPacket):
+        return target._qualified_op_name.split("::", 1)[0]
+    return None
+
+
+def _communicates(target: object) -> bool:
+    if op_namespace(target) in COMMUNICATION_NAMESPACES:
+        return True
+    # The Python-level collectives (torch.distributed.*), should a pre-dispatch graph reach a pass.
+    module = getattr(target, "__module__", None) or ""
+    if not isinstance(target, OpOverload | OpOverloadPacket) and module.startswith(
+        "torch.distributed"
+    ):
+        return True
+    schema = getattr(target, "_schema", None)
+    if schema is None:
+        return False
+    types = [str(a.type) for a in (*schema.arguments, *schema.returns)]
+    return any(_SCRIPT_OBJECT_TYPE in t for t in types)
+
+
+def _effectful_op(target: object) -> bool:
+    if _communicates(target):
+        return True
+    if target is torch.ops.higher_order.with_effects:
+        return True
+    try:  # FX's side-effect set: wait_tensor, isend/irecv, asserts, profiler ranges, ...
+        if target in fx.node._side_effectful_functions:
+            return True
+    except TypeError:  # an unhashable callable
+        pass
+    if isinstance(target, OpOverload | HigherOrderOperator):
+        try:  # effects registered with torch (torch.library / _register_effectful_op)
+            from torch._higher_order_ops.effects import _get_effect
+
+            if _get_effect(target) is not None:
+                return True
+        except Exception:  # private API: without it, the checks above still hold
+            pass
+    if isinstance(target, OpOverload):
+        name = op_name(target).lower()
+        return any(part in name for part in _SIDE_EFFECT_NAME_PARTS)
+    return False
+
+
 def _mutating_op(target: object) -> bool:
     schema = getattr(target, "_schema", None)
     return bool(schema is not None and schema.is_mutable)
@@ -76,7 +142,37 @@ def _op_result_aliases_self(target: object) -> bool:
 #: decide per op rather than per node).
 target_is_random = _PerOp(_is_random_op)
 target_mutates = _PerOp(_mutating_op)
+#: ``communicates`` and ``has_effects`` asked of a ``call_function`` node's target.
+target_communicates = _PerOp(_communicates)
+target_has_effects = _PerOp(_effectful_op)
 _result_aliases_self = _PerOp(_op_result_aliases_self)
+
+
+def communicates(node: fx.Node) -> bool:
+    """True if ``node`` is a collective or point-to-point op (or waits on one)."""
+    return node.op == "call_function" and target_communicates(node.target)
+
+
+def has_effects(node: fx.Node) -> bool:
+    """True if ``node`` has an effect outside the graph's data flow: communication (every
+    ``_c10d_functional``/``c10d`` op, ``wait_tensor``), an op torch marks side-effectful or
+    registers an effect for, ``with_effects``, asserts and prints.
+
+    No pass may evaluate, fold, merge, remove, rewrite or reorder such a node, and no compiled
+    region may span one that runs eagerly (``partition``). A collective folded at compile time
+    keeps this process's unreduced value; one removed or reordered deadlocks or mismatches ranks.
+    """
+    return node.op == "call_function" and target_has_effects(node.target)
+
+
+def without_effects(targets: Iterable[object]) -> list[object]:
+    """``targets`` minus the ops with effects: the ops a rewriting pass may look for.
+
+    Each pass finds its candidates by target (``graph_queries.nodes_calling``); filtering the
+    targets first keeps an op that torch (or a library) marks effectful out of every rewrite,
+    at no per-node cost.
+    """
+    return [t for t in targets if not target_has_effects(t)]
 
 
 def is_random(node: fx.Node) -> bool:
@@ -116,14 +212,15 @@ def mutated_args(node: fx.Node) -> list[fx.Node]:
 def is_impure(node: fx.Node) -> bool:
     """True if deleting ``node`` could change behaviour even when nothing reads its result.
 
-    Placeholders, the output, mutations, RNG ops, effectful ops (``with_effects`` and every other
-    higher-order op), asserts and module calls all count as impure.
+    Placeholders, the output, mutations, RNG ops, everything ``has_effects`` (collectives,
+    ``wait_tensor``, ``with_effects``, asserts), every other higher-order op and module calls all
+    count as impure.
     """
     if node.op in ("placeholder", "output", "call_module"):
         return True
     if node.op == "get_attr":
         return False
-    if mutates(node) or is_random(node):
+    if mutates(node) or is_random(node) or has_effects(node):
         return True
     if node.op == "call_method":
         return False
@@ -134,9 +231,6 @@ def is_impure(node: fx.Node) -> bool:
         # NOTE: Python callables other than getitem (symbolic-shape helpers, asserts,
         # user functions) and higher-order ops are kept unless we know they are pure.
         return not _is_pure_python(target)
-    name = op_name(target).lower()
-    if any(part in name for part in _SIDE_EFFECT_NAME_PARTS):
-        return True
     return node.is_impure()
 
 

@@ -4,9 +4,12 @@ Requires: an FX graph in topological order (every FX graph is).
 Guarantees: two nodes merge only if both are pure ATen/prims ops (or ``operator.getitem``) with
 the same target and equal arguments, where equality is by value *and type* (``1``, ``1.0`` and
 ``True`` differ, as do ``0.0`` and ``-0.0``) and nodes compare by identity. Never merged: RNG ops,
-ops that mutate, higher-order ops, ops whose arguments cannot be hashed. A mutation anywhere in the
-graph forgets everything seen before it, so a value read before and after an in-place write is never
-shared, and values written to later, or both returned as graph outputs, keep their own nodes.
+ops that mutate, ops with effects (``effects.has_effects``: collectives, ``wait_tensor``, asserts),
+higher-order ops, ops whose arguments cannot be hashed. A mutation or an op with effects anywhere
+in the graph forgets everything seen before it, so a value read before and after an in-place write
+(or before and after a ``wait_tensor``, which fills its argument without saying so in its schema)
+is never shared, and nothing is hoisted across a collective; values written to later, or both
+returned as graph outputs, keep their own nodes.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from .effects import (
     alias_root,
     mutated_roots,
     mutating_nodes,
+    target_has_effects,
     target_is_random,
     target_mutates,
 )
@@ -91,7 +95,7 @@ def _mergeable(target: object) -> bool:
         return True
     if not isinstance(target, OpOverload) or target.namespace not in _NAMESPACES:
         return False
-    return not (target_mutates(target) or target_is_random(target))
+    return not (target_mutates(target) or target_is_random(target) or target_has_effects(target))
 
 
 def _key(node: fx.Node) -> Hashable | None:
@@ -150,15 +154,18 @@ def eliminate_common_subexpressions(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     mutations = mutating_nodes(graph)
     written = mutated_roots(graph, mutations)
-    # Only mergeable nodes and mutations matter, in graph order; every other node is skipped.
+    # Only mergeable nodes and barriers (mutations, ops with effects) matter, in graph order;
+    # every other node is skipped.
     candidates = nodes_calling_any(graph, _mergeable)
-    if mutations:
-        candidates = sorted(candidates + mutations)
-    mutation_set = set(mutations)
+    barriers = set(mutations) | set(nodes_calling_any(graph, target_has_effects))
+    if barriers:
+        candidates = sorted(set(candidates) | barriers)
     merged = 0
     for node in candidates:
-        if node in mutation_set:
-            seen.clear()  # values computed before a write may differ from the same op after it
+        if node in barriers:
+            # Values computed before a write (or a wait on a collective) may differ from the
+            # same op after it; merging would also move the later computation above the barrier.
+            seen.clear()
             continue
         # A value that is later written to (directly or through a view) must keep its own buffer.
         if written and alias_root(node) in written:

@@ -3,8 +3,9 @@
 Requires: nothing beyond a well-formed FX graph.
 Guarantees: only nodes with no users and no side effects are removed (see ``effects.is_impure``):
 placeholders, the output, mutations (in-place, ``out=``, ``copy_`` back into inputs), RNG ops
-(deleting an unused ``rand`` would shift every later random number), ``with_effects`` and other
-higher-order ops, and asserts always stay. Removal is iterated to a fixed point in one call, so a
+(deleting an unused ``rand`` would shift every later random number), ops with effects
+(collectives and ``wait_tensor``: the other ranks wait for this one; ``with_effects``, asserts;
+see ``effects.has_effects``) and other higher-order ops always stay. Removal is iterated to a fixed point in one call, so a
 second run returns False.
 """
 

@@ -1,8 +1,10 @@
 """fold_constants: evaluate small subgraphs that read no graph input at compile time.
 
 Requires: ``meta["val"]`` on the nodes to fold (their size decides whether they are folded).
-Guarantees: a node is folded only if it is a pure op (``effects.is_impure`` is False, not random,
-no ``empty``-style op whose values are unspecified) whose every input is constant (a literal, a
+Guarantees: a node is folded only if it is a pure op (``effects.is_impure`` is False: no
+mutation, RNG, collective, ``wait_tensor`` or other op with effects, which would run at compile
+time in this process only and keep its unreduced value; no ``empty``-style op whose values are
+unspecified) whose every input is constant (a literal, a
 ``get_attr`` tensor small enough to be inlined — whose values the FX index key covers — that the
 graph never writes to, or another foldable node), so no placeholder is
 reachable from it; and only if its result has at most ``MAX_FOLDED_ELEMENTS`` elements. Each

@@ -5,6 +5,7 @@ Guarantees: ``permute(permute(x, p), q)`` becomes ``permute(x, [p[i] for i in q]
 counts as a permute); a permute that is the identity is dropped, except where that would make a
 graph output the same object as a graph input or as another output. Inner permutes left without
 users are erased. The rewritten graph reads every value it read before, so results are unchanged.
+Ops with effects (``effects.has_effects``) are never part of a chain.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import torch
 import torch.fx as fx
 
+from .effects import has_effects, without_effects
 from .graph_edits import call_before
 from .graph_queries import can_replace_output, nodes_calling
 
@@ -57,12 +59,12 @@ def permutation_of(node: fx.Node) -> list[int] | None:
 def fold_permutes(gm: fx.GraphModule) -> bool:
     folded = dropped = 0
     graph = gm.graph
-    for node in nodes_calling(graph, _TRANSPOSES):
+    for node in nodes_calling(graph, without_effects(_TRANSPOSES)):
         perm = permutation_of(node)
         if perm is None:
             continue
         src = node.args[0]
-        inner = permutation_of(src)
+        inner = None if has_effects(src) else permutation_of(src)
         if inner is not None and len(inner) == len(perm):
             composed = [inner[i] for i in perm]
             new = call_before(node, aten.permute.default, (src.args[0], composed), node.meta)

@@ -13,8 +13,10 @@ not a list of names) only when
 - after the op, nothing reads ``t``'s storage except through the op's result: no later user of
   ``t``, of its base, or of any view of them that was not derived from the result (the output
   node counts as a reader).
-Later users of the op's result then read the functional node instead. Graphs without such ops
-are returned unchanged.
+Later users of the op's result then read the functional node instead. Ops with effects
+(``effects.has_effects``) are never rewritten: ``_c10d_functional.all_reduce_`` has a functional
+twin by schema, but which buffer a collective writes (and its ``wait_tensor`` waits on) is the
+program's business. Graphs without such ops are returned unchanged.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from torch._ops import OpOverload
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from .effects import alias_root, mutated_args, target_mutates
+from .effects import alias_root, mutated_args, target_has_effects, target_mutates
 from .graph_queries import nodes_calling_any
 
 log = logging.getLogger(__name__)
@@ -64,6 +66,8 @@ def _has_functional_variant(target: object) -> bool:
     # target_mutates is cached and answers False for almost every op, so the schema reads in
     # functional_variant run for in-place ops only.
     if not isinstance(target, OpOverload) or not target_mutates(target):
+        return False
+    if target_has_effects(target):
         return False
     return functional_variant(target) is not None
 

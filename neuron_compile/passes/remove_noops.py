@@ -11,6 +11,8 @@ identity: a no-op is kept if dropping it would make an output the same object as
 if dropping it would make two outputs one object. An ``alias`` of another output is dropped on
 purpose: AOTAutograd returns ``(y, alias(y))`` when ``y`` is both a user output and a saved
 activation, and returning one tensor twice is what lets autograd see an in-place edit of ``y``.
+Ops with effects (``effects.has_effects``) are never removed; a copy a collective writes into
+(``all_reduce_``) is a write like any other and stays.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import torch
 import torch.fx as fx
 
-from .effects import alias_root, mutated_roots
+from .effects import alias_root, mutated_roots, without_effects
 from .graph_queries import feeds_output, nodes_calling
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,7 @@ def _is_noop(node: fx.Node, written: set[fx.Node]) -> bool:
 def remove_noops(gm: fx.GraphModule) -> bool:
     written = mutated_roots(gm.graph)
     removed = 0
-    for node in nodes_calling(gm.graph, _VIEWS | _COPIES):
+    for node in nodes_calling(gm.graph, without_effects(_VIEWS | _COPIES)):
         if not _is_noop(node, written):
             continue
         src = node.args[0]

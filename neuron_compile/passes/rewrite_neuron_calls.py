@@ -14,7 +14,9 @@ the kernel's single rounding can differ by a few ulps, as the device kernel woul
   RMSNorm ``rsqrt`` (and every interior value of a hand-written GELU/SiLU) is saved for backward,
   so those stay decomposed; the single-node forms AOTAutograd keeps whole are still rewritten;
 - every tensor involved is float32, bfloat16 or float16, all of one dtype, with static shapes;
-- softmax reduces over the last dim (``_softmax_dim_qualifies``).
+- softmax reduces over the last dim (``_softmax_dim_qualifies``);
+- no matched node has effects (``effects.has_effects``): a collective or ``wait_tensor`` can be an
+  argument of a rewritten call, never part of one.
 
 Matched forms (``*`` and ``+`` in any operand order and association):
 
@@ -45,6 +47,7 @@ import torch
 import torch.fx as fx
 
 from ..ops import fused  # noqa: F401  (registers torch.ops.neuron_compile.*)
+from .effects import has_effects, without_effects
 from .graph_edits import call_before
 from .graph_queries import nodes_calling
 
@@ -396,6 +399,9 @@ def _tensors(match: _Match) -> list[fx.Node]:
 def _why_not(output: fx.Node, match: _Match) -> str | None:
     """None if ``match`` may replace ``output``, else the reason it may not."""
     inside = {output, *match.interior}
+    for node in inside:
+        if has_effects(node):
+            return f"{node.name} has effects ({node.target})"
     for node in match.interior:
         if any(user not in inside for user in node.users):
             return f"interior node {node.name} is used outside the match"
@@ -438,7 +444,7 @@ def rewrite_neuron_calls(gm: fx.GraphModule) -> bool:
     erased: set[fx.Node] = set()
     done: Counter[str] = Counter()
     patterns_at = _patterns_for(graph)
-    for node in reversed(nodes_calling(graph, patterns_at)):
+    for node in reversed(nodes_calling(graph, without_effects(patterns_at))):
         if node in erased or "val" not in node.meta:
             continue
         site = _Site(node)

@@ -14,8 +14,9 @@ A linear layer's ``addmm(bias, x, t(w))`` (``beta == alpha == 1``) becomes
 ``add(dot_general(x, w), bias)`` when the transpose dies with it. New nodes take over the
 matmul's ``meta`` (their values are the same tensors by construction). A permute left without
 users is erased; one that other nodes still read stays (the ``mm``/``bmm`` rewrite then removes
-no op but adds none either, and the matmul no longer waits on the transpose). Runs late: it
-introduces a custom op that other passes do not know.
+no op but adds none either, and the matmul no longer waits on the transpose). Ops with effects
+(``effects.has_effects``) are never rewritten or erased. Runs late: it introduces a custom op that
+other passes do not know.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 import torch.fx as fx
 
 from ..ops import dot_general as _dot_general_op  # noqa: F401  (registers the op)
+from .effects import has_effects, without_effects
 from .fold_permutes import permutation_of
 from .graph_edits import call_before
 from .graph_queries import nodes_calling
@@ -39,13 +41,18 @@ _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 _MATMULS = (aten.addmm.default, aten.mm.default, aten.bmm.default)
 
 
+def _permutation(node: fx.Node) -> list[int] | None:
+    """``permutation_of(node)`` unless ``node`` has effects (then it is not ours to sink)."""
+    return None if has_effects(node) else permutation_of(node)
+
+
 def _operand(
     node: fx.Node, batched: bool, contract_at: int
 ) -> tuple[fx.Node, list[int], list[int], bool]:
     """``(source, contract dims, batch dims, sunk)`` for one matmul operand: through a permute
     (sunk) if it has one that leaves the batch dim alone, else the operand as it is."""
     rank = 3 if batched else 2
-    perm = permutation_of(node)
+    perm = _permutation(node)
     if perm is not None and len(perm) == rank and (not batched or perm[0] == 0):
         src = node.args[0]
         # Operand dim i is source dim perm[i].
@@ -64,13 +71,13 @@ def _addmm_parts(node: fx.Node) -> tuple[fx.Node, fx.Node, fx.Node] | None:
 
 
 def _dies_with(node: fx.Node, user: fx.Node) -> bool:
-    return permutation_of(node) is not None and set(node.users) == {user}
+    return _permutation(node) is not None and set(node.users) == {user}
 
 
 def sink_transposes(gm: fx.GraphModule) -> bool:
     graph = gm.graph
     sunk = erased = 0
-    for node in nodes_calling(graph, _MATMULS):
+    for node in nodes_calling(graph, without_effects(_MATMULS)):
         bias = None
         if node.target is aten.addmm.default:
             # A linear layer's forward: addmm(bias, x, t(w)). Split into dot_general + add only
@@ -103,7 +110,7 @@ def sink_transposes(gm: fx.GraphModule) -> bool:
         graph.erase_node(node)
         sunk += 1
         for operand in {a, b}:
-            if permutation_of(operand) is not None and not operand.users:
+            if _permutation(operand) is not None and not operand.users:
                 graph.erase_node(operand)
                 erased += 1
     log.debug("sink_transposes: rewrote %d matmuls, erased %d transposes", sunk, erased)
