@@ -46,6 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -164,7 +165,65 @@ def enabled(cfg: NeuronConfig) -> bool:
         and not get_target(cfg.target).is_neuron
         and should_use_local_autograd_cache()
         and disk_cache() is not None
+        and _directory_is_ours()
     )
+
+
+def _directory_is_ours() -> bool:
+    """Whether PyTorch's AOTAutograd cache directory may be read: its entries are pickles, and
+    loading a pickle runs whatever code it names. So the directory (``TORCHINDUCTOR_CACHE_DIR``,
+    by default ``<tmp>/torchinductor_<user>``, which another local user can create first) and
+    everything under its ``aotautograd/`` must be ours, writable by nobody else, with no
+    symlink; otherwise the tier is skipped with one NC404 warning (warm starts still use our own
+    disk cache, which never pickles). ``NEURON_COMPILE_CACHE_ALLOW_SHARED`` does not relax this."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    root = cache_dir()
+    if root in _verified:  # once verified, no other (non-root) user can write below it
+        return True
+    why = _unsafe_pickle_tree(root)
+    if why is None:
+        _verified.add(root)
+    else:
+        if why not in _warned_unsafe:
+            _warned_unsafe.add(why)
+            log.warning(
+                "[NC404] not using PyTorch's AOTAutograd cache for warm starts: %s; frames are "
+                "traced every process (give the directory to your user only: chmod 700, or set "
+                "TORCHINDUCTOR_CACHE_DIR to a directory of your own)",
+                why,
+            )
+    return why is None
+
+
+_verified: set[str] = set()
+_warned_unsafe: set[str] = set()
+
+
+def _unsafe_pickle_tree(root: str) -> str | None:
+    """Why ``root`` or its ``aotautograd/`` subtree is not safe to unpickle from, or None."""
+    import os
+    import stat
+
+    from .cache.store import unsafe_reason
+
+    why = unsafe_reason(Path(root), allow_shared=False)
+    if why is not None:
+        return f"{root}: {why}"
+    tree = Path(root) / "aotautograd"
+    try:
+        for top, dirs, files in os.walk(tree):
+            for name in (top, *(os.path.join(top, n) for n in (*dirs, *files))):
+                st = os.lstat(name)
+                if stat.S_ISLNK(st.st_mode):
+                    return f"{name} is a symlink"
+                if st.st_uid != os.geteuid():
+                    return f"{name} is owned by uid {st.st_uid}, not by you"
+                if st.st_mode & 0o022:
+                    return f"{name} is writable by group or others"
+    except OSError as exc:
+        return f"cannot inspect {tree}: {exc}"
+    return None
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""PyTorch's AOTAutogradCache entries are pickles: reading one runs whatever code it names. A
+directory another user can write (or owns) is never read (aot_cache._directory_is_ours): a planted
+entry's payload must not run, and the frame still computes the right answer from a trace.
+
+Real processes and real files: a cold process fills the caches, then every AOTAutograd entry is
+replaced by a pickle whose payload creates a marker file, as an attacker who can write there would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+_STEP = """
+import json, torch, neuron_compile
+from torch._dynamo.utils import counters
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+x = torch.randn(4, 6)
+loss = torch.compile(model, backend="neuron")(x).square().mean()
+loss.backward()
+print(json.dumps({
+    "loss": loss.item(),
+    "grad": model[0].weight.grad.flatten().tolist(),
+    "hit": counters["aot_autograd"]["autograd_cache_hit"],
+    "saved": counters["aot_autograd"]["autograd_cache_saved"],
+}))
+"""
+
+
+class _Payload:
+    """Unpickling this creates ``marker``: what a planted entry would run instead."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _run(cache: Path) -> tuple[dict, str]:
+    env = {
+        **os.environ,
+        "NEURON_COMPILE_CACHE_DIR": str(cache / "neuron"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torch"),
+        "PYTHONPATH": str(ROOT),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _STEP], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+
+
+def _plant(cache: Path, marker: Path) -> int:
+    """Replace every AOTAutograd entry file with the payload; how many were replaced."""
+    files = [p for p in (cache / "torch" / "aotautograd").rglob("*") if p.is_file()]
+    for path in files:
+        path.write_bytes(pickle.dumps(_Payload(marker)))
+    return len(files)
+
+
+@pytest.fixture
+def cold(tmp_path) -> tuple[Path, dict]:
+    run, _ = _run(tmp_path)
+    assert run["saved"] == 1
+    return tmp_path, run
+
+
+def test_a_directory_others_can_write_is_never_unpickled(cold, tmp_path):
+    cache, first = cold
+    marker = tmp_path / "payload-ran"
+    assert _plant(cache, marker) >= 1
+    os.chmod(cache / "torch", 0o777)  # what another local user could have written into
+    run, stderr = _run(cache)
+    assert not marker.exists()
+    assert "NC404" in stderr and "writable by group or others" in stderr
+    assert stderr.count("NC404") == 1  # said once per process
+    assert run["hit"] == 0 and (run["loss"], run["grad"]) == (first["loss"], first["grad"])
+
+
+def test_a_subdirectory_others_can_write_is_never_unpickled(cold, tmp_path):
+    cache, first = cold
+    marker = tmp_path / "payload-ran"
+    _plant(cache, marker)
+    entry_dir = next(p for p in (cache / "torch" / "aotautograd").iterdir() if p.is_dir())
+    os.chmod(entry_dir, 0o777)
+    run, stderr = _run(cache)
+    assert not marker.exists() and "NC404" in stderr
+    assert (run["loss"], run["grad"]) == (first["loss"], first["grad"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another uid needs root")
+def test_a_directory_another_user_owns_is_never_unpickled(cold, tmp_path):
+    cache, first = cold
+    marker = tmp_path / "payload-ran"
+    _plant(cache, marker)
+    os.chown(cache / "torch", 65534, 65534)  # nobody: e.g. created first in /tmp by another user
+    run, stderr = _run(cache)
+    assert not marker.exists() and "owned by uid 65534" in stderr
+    assert (run["loss"], run["grad"]) == (first["loss"], first["grad"])
+
+
+def test_control_our_own_directory_is_read(cold, tmp_path):
+    """The planted file is a real attack: in a directory that is ours, torch does unpickle it
+    (we trust our own cache), so the refusals above are what protect a shared directory."""
+    cache, _ = cold
+    marker = tmp_path / "payload-ran"
+    _plant(cache, marker)
+    _run(cache)
+    assert marker.exists()
