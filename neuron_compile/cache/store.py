@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from . import settings
 from .lock import KeyLock, LockTimeout
 from .maintenance import Maintenance, describe_diff
 from .manifest import (
@@ -60,51 +61,21 @@ from .manifest import (
 )
 
 __all__ = ["DEFAULT_MAX_BYTES", "DiskCache", "Entry", "default_root", "describe_diff"]
+DEFAULT_MAX_BYTES = settings.DEFAULT_MAX_BYTES
+DEFAULT_FAILURE_TTL = settings.DEFAULT_FAILURE_TTL
+ENV_ALLOW_SHARED = settings.ENV_ALLOW_SHARED
+ENV_VARS = settings.ENV_VARS
+default_root = settings.default_root
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_BYTES = 10 * 2**30
-DEFAULT_FAILURE_TTL = 24 * 3600.0
-ENV_DIR = "NEURON_COMPILE_CACHE_DIR"
-ENV_REMOTE = "NEURON_COMPILE_REMOTE_CACHE"
-ENV_MAX_BYTES = "NEURON_COMPILE_CACHE_MAX_BYTES"
-ENV_FAILURE_TTL = "NEURON_COMPILE_CACHE_FAILURE_TTL"
-ENV_RETRY_FAILED = "NEURON_COMPILE_CACHE_RETRY_FAILED"
-ENV_CACHE_ONLY = "NEURON_COMPILE_CACHE_ONLY"
-ENV_ALLOW_SHARED = "NEURON_COMPILE_CACHE_ALLOW_SHARED"
-ENV_VARS = (
-    ENV_DIR,
-    ENV_REMOTE,
-    ENV_MAX_BYTES,
-    ENV_FAILURE_TTL,
-    ENV_RETRY_FAILED,
-    ENV_CACHE_ONLY,
-    ENV_ALLOW_SHARED,
-)
 _SUBDIRS = ("entries", "tmp", "quarantine", "failures", "locks", "names")
-_SIZE_SUFFIX = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 
 
 def _errors() -> Any:
     from .. import errors  # lazy: errors.py imports torch.fx, the store must not
 
     return errors
-
-
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def parse_size(text: str) -> int:
-    """``"10737418240"``, ``"10G"``, ``"512m"`` -> bytes (binary suffixes)."""
-    text = text.strip().lower().removesuffix("ib").removesuffix("b")
-    scale = _SIZE_SUFFIX.get(text[-1:], 1)
-    return int(float(text[:-1] if scale > 1 else text) * scale)
-
-
-def default_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "neuron-compile"
 
 
 def unsafe_reason(path: Path, *, allow_shared: bool) -> str | None:
@@ -139,8 +110,14 @@ class DiskCache(Maintenance):
         retry_failed: bool = False,
         cache_only: bool = False,
     ) -> None:
-        self.root = Path(root).expanduser()
-        self.remote = Path(remote).expanduser() if remote else None
+        try:
+            self.root = settings.expand_path(str(root))
+            self.remote = settings.expand_path(str(remote)) if remote else None
+        except ValueError as exc:
+            raise _errors().OptionsError(
+                f"cache directory {root if remote is None else remote}: {exc}",
+                hint="give a directory path; '~name' needs an existing user name",
+            ) from None
         self.max_bytes = int(max_bytes)
         self.allow_shared_writable = allow_shared_writable
         self.lock_timeout = lock_timeout
@@ -163,31 +140,19 @@ class DiskCache(Maintenance):
 
     @classmethod
     def from_env(cls) -> DiskCache | None:
-        """The cache configured by ``NEURON_COMPILE_CACHE_*`` env vars; None when disabled."""
-        raw = os.environ.get(ENV_DIR)
-        if raw is not None and raw.strip().lower() in ("", "0", "off", "false", "no", "none"):
+        """The cache configured by ``NEURON_COMPILE_CACHE_*`` env vars (parsed by settings.py,
+        which warns about bad values); None when disabled."""
+        s = settings.from_environ()
+        if s is None:
             return None
-        max_bytes = DEFAULT_MAX_BYTES
-        if os.environ.get(ENV_MAX_BYTES):
-            try:
-                max_bytes = parse_size(os.environ[ENV_MAX_BYTES])
-            except ValueError:
-                log.warning("ignoring %s=%r: not a size", ENV_MAX_BYTES, os.environ[ENV_MAX_BYTES])
-        ttl = DEFAULT_FAILURE_TTL
-        if os.environ.get(ENV_FAILURE_TTL):
-            try:
-                ttl = float(os.environ[ENV_FAILURE_TTL])
-            except ValueError:
-                log.warning("ignoring %s: not a number", ENV_FAILURE_TTL)
-        remote = os.environ.get(ENV_REMOTE)
         return cls(
-            Path(raw) if raw else default_root(),
-            max_bytes=max_bytes,
-            remote=Path(remote) if remote else None,
-            allow_shared_writable=_truthy(os.environ.get(ENV_ALLOW_SHARED)),
-            failure_ttl=ttl,
-            retry_failed=_truthy(os.environ.get(ENV_RETRY_FAILED)),
-            cache_only=_truthy(os.environ.get(ENV_CACHE_ONLY)),
+            s.root,
+            max_bytes=s.max_bytes,
+            remote=s.remote,
+            allow_shared_writable=s.allow_shared_writable,
+            failure_ttl=s.failure_ttl,
+            retry_failed=s.retry_failed,
+            cache_only=s.cache_only,
         )
 
     # -- setup and warnings ---------------------------------------------------------------------
