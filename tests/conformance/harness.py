@@ -71,6 +71,7 @@ class Result:
     reason: str = ""
     max_abs_err: float | None = None
     max_rel_err: float | None = None
+    warm: str = ""  # the warm run's verdict on the entry (``run.py --warm``; warm.py)
 
     @property
     def entry(self) -> tuple[str, str, str]:
@@ -183,6 +184,27 @@ def classify_exception(exc: BaseException, *, reached_backend: bool) -> tuple[st
 
 def _graphs() -> int:
     return len(neuron_compile.metrics())
+
+
+# Called with every compiled result the harness compares with eager: ("forward", (outputs,
+# inputs after the call)) and ("backward", input gradients). The warm mode (warm.py) digests
+# them to compare a cold and a warm process bit for bit.
+_OBSERVERS: list[Callable[[str, Any], None]] = []
+
+
+@contextlib.contextmanager
+def observing(observer: Callable[[str, Any], None]) -> Iterator[None]:
+    """Call ``observer(phase, value)`` with every compiled result while the block runs."""
+    _OBSERVERS.append(observer)
+    try:
+        yield
+    finally:
+        _OBSERVERS.remove(observer)
+
+
+def _observe(phase: str, value: Any) -> None:
+    for observer in _OBSERVERS:
+        observer(phase, value)
 
 
 def _run_compiled(
@@ -309,6 +331,7 @@ def _run_forward(op: Any, sample: Any, dtype: torch.dtype, grad: bool, key: tupl
         rerun = functools.partial(_run_compiled, fn, copies, None, "aot_eager")
         outcome, reason = _blame(outcome, reason, rerun)
         return Result(*key, "forward", outcome, reason), None
+    _observe("forward", (actual, comp_in))
     state = _Run(fn, eager_in, comp_in, expected, actual, sample, unordered_ties(op, sample))
     if _graphs() == before:
         return Result(*key, "forward", "skip", "not captured by Dynamo: no graph compiled"), None
@@ -370,6 +393,7 @@ def _run_backward(dtype: torch.dtype, state: _Run, key: tuple) -> Result:
         rerun = functools.partial(_compiled_grads, state, cots, None, "aot_eager")
         outcome, reason = _blame(outcome, reason, rerun)
         return Result(*key, "backward", outcome, reason)
+    _observe("backward", a_grads)
     fell_back = _fell_back_ops()
     if fell_back:
         rerun = functools.partial(_compiled_grads, state, cots)

@@ -11,7 +11,17 @@ from typing import IO, Any
 
 from .harness import OUTCOMES, Result, entry_outcome
 
-CSV_FIELDS = ("op", "variant", "dtype", "phase", "outcome", "reason", "max_abs_err", "max_rel_err")
+CSV_FIELDS = (
+    "op",
+    "variant",
+    "dtype",
+    "phase",
+    "outcome",
+    "reason",
+    "max_abs_err",
+    "max_rel_err",
+    "warm",
+)
 
 
 class CsvWriter:
@@ -32,6 +42,7 @@ def read_csv(stream: IO[str]) -> list[Result]:
     for row in csv.DictReader(stream):
         for k in ("max_abs_err", "max_rel_err"):
             row[k] = float(row[k]) if row.get(k) else None
+        row.setdefault("warm", "")  # CSVs written before the warm mode existed
         rows.append(Result(**{k: row[k] for k in CSV_FIELDS}))
     return rows
 
@@ -49,6 +60,7 @@ class DtypeSummary:
     dtype: str
     counts: Counter = field(default_factory=Counter)  # outcome -> entries
     phase_counts: dict[str, Counter] = field(default_factory=dict)  # phase -> outcome -> rows
+    warm: Counter = field(default_factory=Counter)  # "same" | "differs" -> entries (--warm)
 
     @property
     def total(self) -> int:
@@ -66,6 +78,11 @@ class DtypeSummary:
         c = self.phase_counts.get(phase, Counter())
         return c["pass"], sum(c.values()) - c["skip"]
 
+    def warm_cell(self) -> str:
+        """``same/compared`` entries of a warm run, or "" without one."""
+        compared = sum(self.warm.values())
+        return f"{self.warm['same']}/{compared}" if compared else ""
+
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"dtype": self.dtype, "entries": self.total}
         d["attempted"] = self.attempted
@@ -74,13 +91,18 @@ class DtypeSummary:
         for phase in ("forward", "backward"):
             passed, attempted = self.phase_rate(phase)
             d[f"{phase}_pass"], d[f"{phase}_attempted"] = passed, attempted
+        if self.warm:
+            d["warm_same"], d["warm_differs"] = self.warm["same"], self.warm["differs"]
         return d
 
 
 def summarize(results: list[Result]) -> dict[str, DtypeSummary]:
     out: dict[str, DtypeSummary] = {}
     for (_, _, dtype), r in entries(results).items():
-        out.setdefault(dtype, DtypeSummary(dtype)).counts[r.outcome] += 1
+        s = out.setdefault(dtype, DtypeSummary(dtype))
+        s.counts[r.outcome] += 1
+        if r.warm:
+            s.warm["same" if r.warm.startswith("same") else "differs"] += 1
     for r in results:
         s = out[r.dtype]
         s.phase_counts.setdefault(r.phase, Counter())[r.outcome] += 1
@@ -91,7 +113,8 @@ _COLUMNS = ("entries", "skip", "attempted", "pass", "fallback", "xfail", "mismat
 
 
 def format_table(summary: dict[str, DtypeSummary]) -> str:
-    head = ["dtype", *_COLUMNS, "pass rate", "fwd pass", "bwd pass"]
+    warm = any(s.warm for s in summary.values())
+    head = ["dtype", *_COLUMNS, "pass rate", "fwd pass", "bwd pass"] + (["warm same"] * warm)
     rows = [head]
     for s in summary.values():
         d = s.as_dict()
@@ -99,6 +122,7 @@ def format_table(summary: dict[str, DtypeSummary]) -> str:
         rows.append(
             [s.dtype, *(str(d[c]) for c in _COLUMNS), f"{100 * s.pass_rate:.1f}%"]
             + [f"{p}/{a}" for p, a in (fwd, bwd)]
+            + ([s.warm_cell()] * warm)
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in rows)
@@ -167,8 +191,54 @@ def _ops_list(ops: list[str], limit: int = 12) -> str:
     return shown + (f", … (+{len(ops) - limit})" if len(ops) > limit else "")
 
 
+def warm_text(counts: dict[str, int], failures: list[str], seconds: dict[str, float]) -> str:
+    """The warm run's summary (``run.py --warm``): verdicts, cache counters, differences."""
+    times = ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
+    same = [k for k in counts if k.startswith("same")]
+    lines = [
+        f"Warm start ({times}): "
+        + ", ".join(f"{counts[k]} {k}" for k in same)
+        + f", {counts['differs']} differ",
+    ]
+    for mode in ("cold", "warm"):
+        lines.append(
+            f"  AOTAutogradCache {mode}: "
+            + " ".join(f"{k}={counts[f'{mode}_{k}']}" for k in ("saved", "hit", "miss", "bypass"))
+        )
+    lines += [f"  FAIL {f}" for f in failures]
+    return "\n".join(lines)
+
+
+def _warm_section(results: list[Result]) -> list[str]:
+    """Markdown lines on the warm run: what its verdicts mean and every entry that differs."""
+    verdicts = {k: r.warm for k, r in entries(results).items() if r.warm}
+    if not verdicts:
+        return []
+    kinds = Counter(v if v.startswith("same") else "differs" for v in verdicts.values())
+    lines = [
+        "",
+        "#### Warm start (the same selection again, in a new process on the same caches)",
+        "",
+        "An entry is the **same** warm when its outcome, reason, every compiled output and "
+        "gradient (bit for bit), dtypes and fallback counts equal the cold run's, every frame "
+        "it stored cold was an AOTAutogradCache hit and every graph was read from the "
+        "neuron-compile cache (**stored, loaded**). Frames with CPU-fallback regions are never "
+        "stored in the AOTAutogradCache (**not stored**); skipped entries compile nothing "
+        "(**no graph**).",
+        "",
+        ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) + ".",
+    ]
+    lines += [
+        f"- **{op}{'.' + variant if variant else ''}** ({dtype}): {v}"
+        for (op, variant, dtype), v in verdicts.items()
+        if not v.startswith("same")
+    ]
+    return lines
+
+
 def markdown(results: list[Result], *, command: str, meta: dict[str, str]) -> str:
     summary = summarize(results)
+    warm = any(s.warm for s in summary.values())
     lines = [
         "### OpInfo conformance (generated)",
         "",
@@ -183,15 +253,16 @@ def markdown(results: list[Result], *, command: str, meta: dict[str, str]) -> st
         "attempted.",
         "",
         "| dtype | entries | skipped | attempted | pass | fallback | xfail | mismatch | error "
-        "| pass rate | forward pass | backward pass |",
-        "|---|" + "---:|" * 11,
+        "| pass rate | forward pass | backward pass |" + (" warm same |" if warm else ""),
+        "|---|" + "---:|" * (12 if warm else 11),
     ]
     for s in summary.values():
         d = s.as_dict()
         (fp, fa), (bp, ba) = s.phase_rate("forward"), s.phase_rate("backward")
         cells = [s.dtype, *(str(d[c]) for c in _COLUMNS), f"**{100 * s.pass_rate:.1f}%**"]
-        cells += [f"{fp}/{fa}", f"{bp}/{ba}"]
+        cells += [f"{fp}/{fa}", f"{bp}/{ba}"] + ([s.warm_cell()] if warm else [])
         lines.append("| " + " | ".join(cells) + " |")
+    lines += _warm_section(results)
     first = next(iter(summary), None)
     for dtype in summary:
         # Other dtypes list only their own gaps: entries that do not fail in the first dtype.

@@ -6,6 +6,13 @@ The full float32 run (documented command)::
 
 prints the summary table, writes one CSV row per (op, variant, dtype, phase) as entries finish and
 a generated Markdown coverage section for the README.
+
+Cold and warm (``warm.py``): ``--warm`` runs the selection in a cold process on empty cache
+directories, then in a warm one on the same directories, and checks that no entry changes and
+every stored frame loads; the report gains a warm column and the exit status is 1 on any
+difference::
+
+    python -m tests.conformance.run --warm --csv conformance.csv --markdown coverage.md
 """
 
 from __future__ import annotations
@@ -15,13 +22,14 @@ import json
 import logging
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import jax
 import torch
 
-from . import harness, opinfo, report
+from . import harness, opinfo, report, warm
 
 
 def _progress(enabled: bool):
@@ -70,16 +78,34 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--verbose", action="store_true", help="keep PyTorch's warnings and logs")
+    p.add_argument(
+        "--warm",
+        action="store_true",
+        help="run cold, then warm on the same cache directories, and compare (warm.py)",
+    )
+    p.add_argument(
+        "--cache-root",
+        type=Path,
+        help="with --warm: an empty directory for both caches and the runs' JSONL (default: "
+        "a temporary directory, removed afterwards)",
+    )
+    # A --warm child process: run the selection from entry N, appending JSON lines to PATH.
+    p.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--probe-start", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if not args.verbose:
         _quiet_torch_logs()
 
     started = time.perf_counter()
+    warm_run = None
     if args.from_csv:
         results = []
         for path in args.from_csv:
             with open(path, newline="") as f:
                 results += report.read_csv(f)
+    elif args.warm:
+        warm_run = _cold_then_warm(args)
+        results = warm_run.results()
     else:
         try:
             dtypes = [opinfo.DTYPES[d.strip()] for d in args.dtypes.split(",") if d.strip()]
@@ -92,6 +118,17 @@ def main(argv: list[str] | None = None) -> int:
             p.error(str(e.args[0]))
         ops = ops[: args.limit] if args.limit else ops
         expectations = opinfo.load_expectations(args.expectations)
+        if args.probe_out:
+            warm.probe_sweep(
+                warm.work_list(ops, dtypes),
+                args.probe_out,
+                start=args.probe_start,
+                progress=_progress(not args.quiet),
+                samples=args.samples,
+                timeout=args.timeout,
+                expectations=expectations,
+            )
+            return 0
         results = []
         csv_file = open(args.csv, "w", newline="") if args.csv else None  # noqa: SIM115
         writer = report.CsvWriter(csv_file) if csv_file else None
@@ -118,20 +155,48 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(report.format_table(summary))
         print(f"\n{len(results)} rows in {elapsed:.0f} s")
+    if warm_run is not None and not args.json:
+        print("\n" + report.warm_text(warm_run.counts(), warm_run.failures(), _seconds(warm_run)))
+    warm_flag = " --warm" if args.warm else ""
+    if args.csv and warm_run is not None:  # the children's rows, now with the warm column
+        with open(args.csv, "w", newline="") as f:
+            writer = report.CsvWriter(f)
+            for r in results:
+                writer.write(r)
     if args.markdown:
         dtypes = ",".join(dict.fromkeys(r.dtype for r in results))
-        command = f"python -m tests.conformance.run --dtypes {dtypes} --markdown coverage.md"
+        command = f"python -m tests.conformance.run --dtypes {dtypes}{warm_flag}"
+        command += " --markdown coverage.md"
         if args.samples != harness.DEFAULT_SAMPLES:
             command += f" --samples {args.samples}"
         meta = {"commit": _commit(), "torch": torch.__version__, "jax": jax.__version__}
         args.markdown.write_text(report.markdown(results, command=command, meta=meta))
     if args.readme:
         dtypes = ",".join(dict.fromkeys(r.dtype for r in results))
-        command = f"python -m tests.conformance.run --dtypes {dtypes} --readme README.md"
+        command = f"python -m tests.conformance.run --dtypes {dtypes}{warm_flag} --readme README.md"
         meta = {"commit": _commit(), "torch": torch.__version__, "jax": jax.__version__}
         section = report.markdown(results, command=command, meta=meta)
         args.readme.write_text(replace_section(args.readme.read_text(), section))
-    return 0
+    return 1 if warm_run is not None and warm_run.failures() else 0
+
+
+def _cold_then_warm(args: argparse.Namespace) -> warm.WarmRun:
+    """Run the selection of ``args`` in a cold, then a warm child process (warm.py)."""
+    child = ["--dtypes", args.dtypes, "--samples", str(args.samples)]
+    child += ["--timeout", str(args.timeout), "--expectations", str(args.expectations)]
+    child += ["--ops", args.ops] if args.ops else []
+    child += ["--limit", str(args.limit)] if args.limit else []
+    child += ["--verbose"] if args.verbose else []
+    progress = _progress(not args.quiet)
+    if args.cache_root is not None:
+        args.cache_root.mkdir(parents=True, exist_ok=True)
+        return warm.run_cold_warm(child, args.cache_root, progress=progress)
+    with tempfile.TemporaryDirectory(prefix="conformance-warm-") as tmp:
+        return warm.run_cold_warm(child, Path(tmp), progress=progress)
+
+
+def _seconds(run: warm.WarmRun) -> dict[str, float]:
+    return {"cold": run.cold.seconds, "warm": run.warm.seconds}
 
 
 README_START = "<!-- conformance:start (generated by tests/conformance/run.py --readme) -->"
