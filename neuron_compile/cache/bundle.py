@@ -6,9 +6,11 @@ A bundle is a directory or a tar (``.tar``, ``.tar.gz``, ``.tgz``) holding::
     entries/<key>/manifest.json  the entry manifest (sizes and sha256 of every artifact)
     entries/<key>/<artifact>     raw bytes
 
-Import never extracts: members are read into memory and *everything* is validated (member types
-and paths, key format, schema, manifest and artifact checksums, exact file sets) before the first
-byte is written to the cache, so a hostile or damaged bundle installs nothing.
+Import never extracts: member headers are checked first (types, paths, names against
+``bundle.json``, sizes against the manifests and caps: ``read_bundle``), then members are read
+with bounded reads and *everything* is validated (schema, manifest and artifact checksums, exact
+file sets) before the first byte is written to the cache, so a hostile or damaged bundle installs
+nothing and a lying header cannot exhaust memory.
 """
 
 from __future__ import annotations
@@ -28,24 +30,30 @@ from .manifest import (
     ManifestError,
     dump_manifest,
     parse_manifest,
-    read_nofollow,
     sha256,
     verify_files,
     walk_tree,
 )
+from .settings import DEFAULT_MAX_BYTES
 
 BUNDLE_SCHEMA = 1
 BUNDLE_KIND = "neuron-compile-cache-bundle"
 INDEX = "bundle.json"
 _TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+#: Largest ``bundle.json`` or entry ``manifest.json`` an import reads (names and checksums only).
+MAX_INDEX_BYTES = 16 * 2**20
 
 Bundled = tuple[dict[str, Any], dict[str, bytes]]
 
 
-def _bundle_error(message: str) -> Exception:
-    from ..errors import CacheBundleError  # lazy: errors.py imports torch.fx
+def _errors() -> Any:
+    from .. import errors  # lazy: errors.py imports torch.fx
 
-    return CacheBundleError(message)
+    return errors
+
+
+def _bundle_error(message: str) -> Exception:
+    return _errors().CacheBundleError(message)
 
 
 def _is_tar(path: Path) -> bool:
@@ -100,46 +108,111 @@ def _check_member_name(name: str) -> str:
     return "/".join(parts)
 
 
-def _tar_members(path: Path) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for member in tar.getmembers():
+class _Members:
+    """A bundle's members by name with their sizes, read only on request and never past the size
+    the header (tar) or ``lstat`` (directory) announced: a sparse or lying member cannot make a
+    read allocate more than the cap checked against that size."""
+
+    def __init__(self, bundle: Path) -> None:
+        self.bundle = bundle
+        self.sizes: dict[str, int] = {}
+        self._tar: tarfile.TarFile | None = None
+        self._infos: dict[str, tarfile.TarInfo] = {}
+        self._paths: dict[str, Path] = {}
+        if bundle.is_file():
+            self._open_tar()
+        else:
+            try:
+                self._paths = walk_tree(bundle)
+                self.sizes = {n: os.lstat(p).st_size for n, p in self._paths.items()}
+            except ManifestError as exc:  # symlinks or special files in the bundle directory
+                raise _bundle_error(f"{bundle}: {exc}") from None
+            except OSError as exc:
+                raise _bundle_error(f"cannot read bundle {bundle}: {exc}") from None
+
+    def _open_tar(self) -> None:
+        try:  # headers only: tarfile seeks over member data
+            self._tar = tarfile.open(self.bundle, "r:*")
+            for member in self._tar.getmembers():
                 name = _check_member_name(member.name)
                 if member.isdir():
                     continue
                 if not member.isreg():
                     kind = "link" if member.issym() or member.islnk() else "special file"
                     raise _bundle_error(f"member {name!r} is a {kind}; only regular files allowed")
-                if name in out:
+                if name in self._infos:
                     raise _bundle_error(f"member {name!r} appears twice")
-                f = tar.extractfile(member)
+                self._infos[name] = member
+                self.sizes[name] = member.size
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            self.close()
+            raise _bundle_error(f"{self.bundle} is not a readable tar: {exc}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._tar is not None:
+            self._tar.close()
+
+    def read(self, name: str, cap: int) -> bytes:
+        """The member's bytes; an error if it is larger than ``cap`` or not its announced size."""
+        size = self.sizes[name]
+        if size > cap:
+            raise _bundle_error(f"member {name!r} is {size:,} bytes, over the limit of {cap:,}")
+        try:
+            if self._tar is not None:
+                f = self._tar.extractfile(self._infos[name])
                 if f is None:
                     raise _bundle_error(f"member {name!r} cannot be read")
-                out[name] = f.read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise _bundle_error(f"{path} is not a readable tar: {exc}") from None
-    return out
+                data = f.read(size + 1)
+            else:
+                fd = os.open(self._paths[name], os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    chunks, left = [], size + 1
+                    while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+                        chunks.append(chunk)
+                        left -= len(chunk)
+                    data = b"".join(chunks)
+                finally:
+                    os.close(fd)
+        except (tarfile.TarError, OSError, EOFError) as exc:
+            raise _bundle_error(f"cannot read member {name!r} of {self.bundle}: {exc}") from None
+        if len(data) != size:
+            raise _bundle_error(f"member {name!r} changed size while being read")
+        return data
 
 
-def _dir_members(path: Path) -> dict[str, bytes]:
-    try:
-        return {name: read_nofollow(p) for name, p in walk_tree(path).items()}
-    except ManifestError as exc:  # symlinks or special files in the bundle directory
-        raise _bundle_error(f"{path}: {exc}") from None
-    except OSError as exc:
-        raise _bundle_error(f"cannot read bundle {path}: {exc}") from None
+def read_bundle(bundle: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Bundled]:
+    """Read and fully validate a bundle; raise ``CacheBundleError`` on the first defect.
 
-
-def read_bundle(bundle: Path) -> list[Bundled]:
-    """Read and fully validate a bundle; raise ``CacheBundleError`` on the first defect."""
+    Bounded: ``bundle.json`` and manifests may be at most ``MAX_INDEX_BYTES``, the artifacts
+    together at most ``max_bytes`` (the importing cache's size cap: a bigger bundle could never
+    fit). Every member name is checked against ``bundle.json`` and every artifact's size against
+    its manifest before the artifact is read, so memory use is bounded by what is legitimately
+    listed, whatever the headers claim.
+    """
     if not bundle.exists():
         raise _bundle_error(f"{bundle} does not exist")
-    members = _tar_members(bundle) if bundle.is_file() else _dir_members(bundle)
+    members = _Members(bundle)
     try:
-        index = json.loads(members.pop(INDEX))
-    except KeyError:
-        raise _bundle_error(f"{bundle} has no {INDEX}") from None
+        return _validate(members, max_bytes)
+    finally:
+        members.close()
+
+
+def _validate(members: _Members, max_bytes: int) -> list[Bundled]:
+    bundle, sizes = members.bundle, members.sizes
+    if INDEX not in sizes:
+        raise _bundle_error(f"{bundle} has no {INDEX}")
+    total = sum(size for name, size in sizes.items() if name != INDEX)
+    if total > max_bytes:
+        raise _bundle_error(
+            f"{bundle} holds {total:,} bytes, more than the cache's max_bytes={max_bytes:,}"
+        )
+    index_data = members.read(INDEX, MAX_INDEX_BYTES)
+    try:
+        index = json.loads(index_data)
     except ValueError as exc:
         raise _bundle_error(f"{INDEX} is not JSON: {exc}") from None
     if not isinstance(index, dict) or index.get("kind") != BUNDLE_KIND:
@@ -149,24 +222,36 @@ def read_bundle(bundle: Path) -> list[Bundled]:
     listed = index.get("entries")
     if not isinstance(listed, dict):
         raise _bundle_error(f"{INDEX} lacks its entry table")
-    grouped: dict[str, dict[str, bytes]] = {}
-    for name, blob in members.items():
+    grouped: dict[str, dict[str, str]] = {}  # key -> inner name -> member name
+    for name in sizes:
+        if name == INDEX:
+            continue
         top, _, rest = name.partition("/")
         key, _, inner = rest.partition("/")
         if top != "entries" or not KEY_RE.match(key) or not inner:
             raise _bundle_error(f"unexpected member {name!r}")
-        grouped.setdefault(key, {})[inner] = blob
+        grouped.setdefault(key, {})[inner] = name
     if set(grouped) != set(listed):
         raise _bundle_error(f"entries on disk {sorted(grouped)} differ from {INDEX}")
     out = []
-    for key, files in sorted(grouped.items()):
-        manifest_data = files.pop(MANIFEST, None)
-        if manifest_data is None:
+    for key, names in sorted(grouped.items()):
+        manifest_name = names.pop(MANIFEST, None)
+        if manifest_name is None:
             raise _bundle_error(f"entry {key} has no manifest")
+        manifest_data = members.read(manifest_name, MAX_INDEX_BYTES)
         if sha256(manifest_data) != (listed[key] or {}).get("manifest_sha256"):
             raise _bundle_error(f"entry {key}: manifest checksum differs from {INDEX}")
         try:
             manifest = parse_manifest(manifest_data, key)
+            expected = manifest["files"]
+            if set(names) != set(expected):  # names and sizes first, then the bytes
+                verify_files(manifest, dict.fromkeys(names, b""))
+            for inner, member in names.items():
+                if sizes[member] != expected[inner]["size"]:
+                    raise ManifestError(
+                        f"{inner}: size {sizes[member]}, manifest says {expected[inner]['size']}"
+                    )
+            files = {inner: members.read(member, max_bytes) for inner, member in names.items()}
             verify_files(manifest, files)
         except ManifestError as exc:
             raise _bundle_error(f"entry {key}: {exc}") from None

@@ -14,9 +14,13 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
+from . import settings
+from .manifest import KEY_RE
 from .store import DiskCache, describe_diff
 
 _DAY = 86400.0
+#: Commands that only read the cache: they open it with ``create=False`` and make no directory.
+READ_ONLY = frozenset({"ls", "du", "verify", "explain", "export"})
 
 
 def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
@@ -77,11 +81,17 @@ def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _open(args: argparse.Namespace) -> DiskCache:
-    env = DiskCache.from_env()
+    env = settings.from_environ()  # settings only: constructing a DiskCache would create its root
     if args.dir is None and env is None:
         raise SystemExit("neuron-compile: the cache is disabled (NEURON_COMPILE_CACHE_DIR=off)")
     root = args.dir if args.dir is not None else env.root  # type: ignore[union-attr]
     remote = args.remote if args.remote is not None else (env.remote if env else None)
+    cmd = args.cache_command
+    if cmd == "verify" and not settings.expand_path(str(root)).is_dir():
+        raise SystemExit(
+            f"neuron-compile: [NC404] cache directory {root} does not exist or is not a directory; "
+            "nothing was verified (check --dir or NEURON_COMPILE_CACHE_DIR)"
+        )
     kwargs: dict[str, Any] = {}
     if env is not None:
         kwargs = {
@@ -89,7 +99,8 @@ def _open(args: argparse.Namespace) -> DiskCache:
             "allow_shared_writable": env.allow_shared_writable,
             "failure_ttl": env.failure_ttl,
         }
-    return DiskCache(root, remote=remote, **kwargs)
+    read_only = cmd in READ_ONLY and not getattr(args, "quarantine", False)
+    return DiskCache(root, remote=remote, create=not read_only, **kwargs)
 
 
 def _resolve(cache: DiskCache, prefix: str) -> str:
@@ -129,11 +140,11 @@ def _explain(cache: DiskCache, key: str) -> dict[str, Any]:
 def run(args: argparse.Namespace, as_json: bool = False) -> int:
     """Execute a parsed ``cache`` subcommand; returns the exit code."""
     as_json = as_json or args.json_out
-    cache = _open(args)
     cmd = args.cache_command
     code = 0
     result: Any
     try:
+        cache = _open(args)
         if cmd == "ls":
             result = {"root": str(cache.root), "entries": [e.summary() for e in cache.entries()]}
         elif cmd == "du":
@@ -196,7 +207,7 @@ def _print(cmd: str, result: dict[str, Any]) -> None:
         )
     elif cmd == "verify":
         for p in result["problems"]:
-            print(f"{p['key'][:16]}  {p['problem']}")
+            print(f"{p['key'][:16] if KEY_RE.match(p['key']) else p['key']}  {p['problem']}")
         print("ok" if result["ok"] else f"{len(result['problems'])} bad entries")
     elif cmd == "explain":
         print(f"key {result['key']}: {result['status']}")

@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,6 +40,64 @@ from .manifest import (
 log = logging.getLogger(__name__)
 
 _STALE_TMP_SECONDS = 6 * 3600.0  # staging dirs of writers on other hosts: assume dead after this
+SUBDIRS = ("entries", "tmp", "quarantine", "failures", "locks", "names")
+
+
+def unsafe_reason(path: Path, *, allow_shared: bool) -> str | None:
+    """Why ``path`` must not be used as a cache directory, or None if it is fine."""
+    try:
+        st = os.stat(path)  # a symlinked *root* is fine (~/.cache on another disk); entries are not
+    except OSError as exc:
+        return f"cannot stat it: {exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if allow_shared:
+        return None
+    if st.st_uid != os.geteuid():
+        return f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"it is writable by group or others (mode {oct(st.st_mode & 0o777)})"
+    return None
+
+
+def ensure_dir(path: Path, mode: int = 0o700) -> Path:
+    """Create one directory level if missing; raise ``OSError`` (ELOOP) if it is a symlink or not
+    a directory. Every write under a cache root goes through this: never write through a link."""
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        return path
+    raise OSError(errno.ELOOP, "refusing to write through a symlink or non-directory", str(path))
+
+
+def link_problems(root: Path) -> list[dict[str, str]]:
+    """Symlinks where the cache keeps only real directories (subdirs, shards, entries, name
+    dirs). They are never followed, so entries behind them are invisible: report them."""
+    found = [d for d in SUBDIRS if (root / d).is_symlink()]
+    levels = [("entries", 1), ("entries", 2), ("names", 1)]
+    for top, depth in levels:
+        if top in found:
+            continue
+        dirs = [root / top]
+        for _ in range(depth - 1):
+            dirs = [Path(d.path) for p in dirs for d in _scan(p) if d.is_dir(follow_symlinks=False)]
+        for d in dirs:
+            found += [
+                f"{top}/{Path(e.path).relative_to(root / top)}" for e in _scan(d) if e.is_symlink()
+            ]
+    return [
+        {"key": rel, "problem": "symlink under the cache root: never followed, remove it"}
+        for rel in sorted(set(found))
+    ]
+
+
+def _scan(path: Path) -> list[os.DirEntry]:
+    try:
+        return list(os.scandir(path))
+    except OSError:
+        return []
 
 
 def rmtree(path: Path) -> None:
@@ -78,7 +137,7 @@ class Maintenance:
     def _entry_dirs(self, base: Path | None = None) -> Iterator[tuple[str, Path]]:
         top = (base or self.root) / "entries"
         try:
-            shards = sorted(os.scandir(top), key=lambda d: d.name)
+            shards = [] if top.is_symlink() else sorted(os.scandir(top), key=lambda d: d.name)
         except OSError:
             return
         for shard in shards:
@@ -116,9 +175,12 @@ class Maintenance:
         return sum(tree_size(path) for _key, path in self._entry_dirs())
 
     def verify(self, *, quarantine: bool = False) -> list[dict[str, str]]:
-        """Check every local entry in full; ``[{"key", "problem"}]``, empty when all are good."""
-        problems = []
+        """Check every local entry in full; ``[{"key", "problem"}]``, empty when all are good.
+        Symlinked shards, entries and name dirs are problems too (``key`` is then their path)."""
+        problems = link_problems(self.root)
         for key, path in self._entry_dirs():
+            if path.is_symlink():
+                continue  # reported above
             try:
                 read_entry(path, read_nofollow(path / MANIFEST), key)
             except (OSError, ManifestError) as exc:
@@ -148,7 +210,7 @@ class Maintenance:
                     return False  # a reader holds it
                 if not same_file(fd, path / MANIFEST):
                     return False
-            grave = base / "tmp" / f"del-{secrets.token_hex(6)}"
+            grave = ensure_dir(base / "tmp") / f"del-{secrets.token_hex(6)}"
             os.rename(path, grave)
         except FileNotFoundError:
             return False
@@ -173,8 +235,8 @@ class Maintenance:
 
     def _evict(self, *, protect: str | None = None) -> None:
         """Delete least-recently-accessed entries until the local tier fits ``max_bytes``."""
-        lock = FileLock(str(self.root / "locks" / "evict.lock"))
         try:
+            lock = FileLock(str(ensure_dir(self.root / "locks") / "evict.lock"))
             lock.acquire(timeout=30)
         except (Timeout, OSError) as exc:
             log.debug("eviction skipped: %s", exc)
@@ -204,7 +266,7 @@ class Maintenance:
     def _cleanup_tmp(self) -> None:
         """Delete staging dirs of dead writers and graves of interrupted deletes."""
         try:
-            stale = list(os.scandir(self.root / "tmp"))
+            stale = list(os.scandir(ensure_dir(self.root / "tmp")))  # not a symlink's target
         except OSError:
             return
         for d in stale:
@@ -244,6 +306,8 @@ class Maintenance:
         return removed
 
     def _failure_files(self) -> list[Path]:
+        if (self.root / "failures").is_symlink():
+            return []  # never unlink files in a link's target
         try:
             found = (self.root / "failures").iterdir()
             return sorted(p for p in found if p.suffix == ".json" and KEY_RE.match(p.stem))
@@ -310,7 +374,8 @@ class Maintenance:
         """Validate the whole bundle, then install its entries; returns the bundle's keys."""
         from .bundle import read_bundle
 
-        entries = read_bundle(Path(bundle))  # raises CacheBundleError before anything is written
+        # Raises CacheBundleError before anything is written; reads at most max_bytes of artifacts.
+        entries = read_bundle(Path(bundle), max_bytes=self.max_bytes)
         foreign = [m["key"] for m, _f in entries if is_local_only(m)]
         if foreign:
             raise _errors().CacheBundleError(

@@ -31,7 +31,6 @@ import os
 import secrets
 import shutil
 import socket
-import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import Any
 
 from . import settings
 from .lock import KeyLock, LockTimeout
-from .maintenance import Maintenance, describe_diff
+from .maintenance import SUBDIRS, Maintenance, describe_diff, ensure_dir, unsafe_reason
 from .manifest import (
     ACCESS,
     KEY_RE,
@@ -69,30 +68,11 @@ default_root = settings.default_root
 
 log = logging.getLogger(__name__)
 
-_SUBDIRS = ("entries", "tmp", "quarantine", "failures", "locks", "names")
-
 
 def _errors() -> Any:
     from .. import errors  # lazy: errors.py imports torch.fx, the store must not
 
     return errors
-
-
-def unsafe_reason(path: Path, *, allow_shared: bool) -> str | None:
-    """Why ``path`` must not be used as a cache directory, or None if it is fine."""
-    try:
-        st = os.stat(path)  # a symlinked *root* is fine (~/.cache on another disk); entries are not
-    except OSError as exc:
-        return f"cannot stat it: {exc}"
-    if not stat.S_ISDIR(st.st_mode):
-        return "it is not a directory"
-    if allow_shared:
-        return None
-    if st.st_uid != os.geteuid():
-        return f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
-    if st.st_mode & 0o022:
-        return f"it is writable by group or others (mode {oct(st.st_mode & 0o777)})"
-    return None
 
 
 class DiskCache(Maintenance):
@@ -109,6 +89,7 @@ class DiskCache(Maintenance):
         failure_ttl: float = DEFAULT_FAILURE_TTL,
         retry_failed: bool = False,
         cache_only: bool = False,
+        create: bool = True,  # False: open an existing cache to read; create nothing
     ) -> None:
         try:
             self.root = settings.expand_path(str(root))
@@ -135,7 +116,7 @@ class DiskCache(Maintenance):
              "failures_recorded", "cached_failures_raised", "quarantined", "evicted"),
             0,
         )  # fmt: skip
-        self.enabled, self.writable = self._prepare_root()
+        self.enabled, self.writable = self._prepare_root(create)
         self.remote_enabled = self.remote is not None and self._check_remote(self.remote)
 
     @classmethod
@@ -165,16 +146,20 @@ class DiskCache(Maintenance):
             self._warned = True
             log.warning("%s", message)
 
-    def _prepare_root(self) -> tuple[bool, bool]:
-        """``(enabled, writable)``: unsafe roots are not used at all, read-only ones only read."""
+    def _prepare_root(self, create: bool = True) -> tuple[bool, bool]:
+        """``(enabled, writable)``: unsafe roots are not used at all, read-only ones only read.
+        ``create=False`` (read-only commands) makes nothing: a missing root is an empty cache."""
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if create:
+                self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            elif not self.root.is_dir():
+                return False, False
         except OSError:
             pass  # reported below as unusable or read-only
         why = unsafe_reason(self.root, allow_shared=self.allow_shared_writable)
         if why is None:
             why = next(
-                (f"{d}/ is a symlink" for d in _SUBDIRS if (self.root / d).is_symlink()), None
+                (f"{d}/ is a symlink" for d in SUBDIRS if (self.root / d).is_symlink()), None
             )
         if why is not None:
             self._warn(
@@ -183,12 +168,12 @@ class DiskCache(Maintenance):
             )
             return False, False
         try:
-            for d in _SUBDIRS:
-                (self.root / d).mkdir(mode=0o700, exist_ok=True)
+            for d in SUBDIRS if create else ():
+                ensure_dir(self.root / d)
         except OSError as exc:
             self._warn(f"compilation cache {self.root} is not writable ({exc}); compiling uncached")
             return True, False
-        return True, True
+        return True, create
 
     def _check_remote(self, remote: Path) -> bool:
         why = unsafe_reason(remote, allow_shared=self.allow_shared_writable)
@@ -306,7 +291,11 @@ class DiskCache(Maintenance):
         return Entry(key, path, manifest, files)
 
     def _quarantine(self, base: Path, key: str, path: Path, fd: int | None, why: str) -> None:
-        """Move a corrupt entry aside, unless another reader holds it (it will do the same)."""
+        """Move a corrupt entry aside, unless another reader holds it (it will do the same).
+        A corrupt remote entry is only refused (a miss): readers never write to the shared tier."""
+        if base != self.root:
+            self._warn(f"corrupt remote cache entry {key[:12]} ({why}) ignored, left in {base}")
+            return
         own = None
         try:
             if fd is None:
@@ -319,8 +308,7 @@ class DiskCache(Maintenance):
                 if not same_file(fd, path / MANIFEST):
                     return
             dest = base / "quarantine" / f"{key}.{int(time.time())}.{secrets.token_hex(3)}"
-            dest.parent.mkdir(mode=0o700, exist_ok=True)
-            os.rename(path, dest)
+            os.rename(path, ensure_dir(dest.parent) / dest.name)  # never into a symlink's target
         except BlockingIOError:
             log.info("corrupt cache entry %s (%s) is in use; left for its reader", key[:12], why)
             return
@@ -379,10 +367,10 @@ class DiskCache(Maintenance):
         tmp = base / "tmp" / f"w-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(6)}"
         dest = entry_path(base, key)
         try:
-            tmp.parent.mkdir(mode=0o700, exist_ok=True)
+            ensure_dir(tmp.parent)
             tmp.mkdir(mode=0o755)
             write_entry(tmp, manifest, files)
-            dest.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            ensure_dir(ensure_dir(dest.parent.parent, 0o755) / dest.parent.name, 0o755)
             try:
                 os.rename(tmp, dest)
             except OSError as exc:
@@ -413,8 +401,8 @@ class DiskCache(Maintenance):
         one graph instead of every manifest in the cache. Best effort (a hint, not data)."""
         try:
             d = self._name_dir(base, graph_name)
-            d.mkdir(mode=0o755, parents=True, exist_ok=True)
-            (d / key).touch()
+            ensure_dir(ensure_dir(d.parent, 0o755) / d.name, 0o755)  # a hint: never via a link
+            os.close(os.open(d / key, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
         except OSError:
             pass
 
@@ -511,6 +499,7 @@ class DiskCache(Maintenance):
         path = self._failure_path(key)
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
         try:
+            ensure_dir(path.parent)  # failures/ must not be a symlink
             tmp.write_text(json.dumps(record, indent=1))
             os.replace(tmp, path)
             self._counts["failures_recorded"] += 1
