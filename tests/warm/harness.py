@@ -100,6 +100,29 @@ class Outputs:
         (self.warm_tensors if self._in_window else self.tensors)[name] = encode(got)
         self.eager[name] = {"err": eager_error(got, want), "tol": tol}
 
+    def train_step(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        compiled: Callable[[torch.Tensor], torch.Tensor],
+        eager: torch.nn.Module,
+        x: torch.Tensor,
+        loss: Callable[[torch.Tensor], torch.Tensor] = lambda y: y.square().sum(),
+        *,
+        keep_grads: bool = False,
+    ) -> None:
+        """One backward through ``compiled`` (wrapping ``model``) and through ``eager``, a copy:
+        ``check`` the loss and every parameter's gradient, then clear the gradients (unless an
+        optimizer step follows: ``keep_grads``)."""
+        got, want = loss(compiled(x)), loss(eager(x))
+        got.backward()
+        want.backward()
+        self.check(f"{name}.loss", got, want)
+        for (pname, p), q in zip(model.named_parameters(), eager.parameters(), strict=True):
+            self.check(f"{name}.grad.{pname}", p.grad, q.grad)
+            if not keep_grads:
+                p.grad = q.grad = None
+
     def raises(self, name: str, fn: Callable[[], Any]) -> None:
         """Record how ``fn`` fails (type and first line), e.g. an assert inside a graph."""
         try:

@@ -24,30 +24,19 @@ class Gated(torch.nn.Module):
         return self.b(h)
 
 
-def _step(out, name: str, model, compiled, eager, x: torch.Tensor) -> None:
-    loss = compiled(x).square().sum()
-    loss.backward()
-    want = eager(x).square().sum()
-    want.backward()
-    out.check(f"{name}.loss", loss, want)
-    for (pname, p), q in zip(model.named_parameters(), eager.parameters(), strict=True):
-        out.check(f"{name}.grad.{pname}", p.grad, q.grad)
-        p.grad = q.grad = None
-
-
 def run(out) -> None:
     model = Gated()
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, backend="neuron")
     x = torch.randn(3, 7)
-    _step(out, "train_grad", model, compiled, eager, x)
+    out.train_step("train_grad", model, compiled, eager, x)
     compiled.eval()
     eager.eval()
     with torch.no_grad():
         out.check("eval_no_grad", compiled(x), eager(x))
-    _step(out, "eval_grad", model, compiled, eager, x)
+    out.train_step("eval_grad", model, compiled, eager, x)
     compiled.train()
     eager.train()
     with torch.no_grad():
         out.check("train_no_grad", compiled(x), eager(x))
-    _step(out, "train_grad_again", model, compiled, eager, x)
+    out.train_step("train_grad_again", model, compiled, eager, x)

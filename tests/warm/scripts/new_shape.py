@@ -19,25 +19,13 @@ class Net(torch.nn.Module):
         return torch.sigmoid(self.a(x)).sum(0)
 
 
-def _train(out, name: str, model, compiled, eager, rows: int) -> None:
-    x = torch.randn(rows, 10)
-    loss = compiled(x).square().sum()
-    loss.backward()
-    want = eager(x).square().sum()
-    want.backward()
-    out.check(f"{name}.loss", loss, want)
-    for (pname, p), q in zip(model.named_parameters(), eager.parameters(), strict=True):
-        out.check(f"{name}.grad.{pname}", p.grad, q.grad)
-        p.grad = q.grad = None
-
-
 def run(out) -> None:
     model = Net()
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, backend="neuron", dynamic=False)
-    _train(out, "A", model, compiled, eager, 4)
-    _train(out, "B", model, compiled, eager, 7)
-    _train(out, "A_again", model, compiled, eager, 4)
+    out.train_step("A", model, compiled, eager, torch.randn(4, 10))
+    out.train_step("B", model, compiled, eager, torch.randn(7, 10))
+    out.train_step("A_again", model, compiled, eager, torch.randn(4, 10))
 
     def head(x: torch.Tensor) -> torch.Tensor:
         return torch.cos(x) @ x.T
@@ -51,4 +39,4 @@ def run(out) -> None:
     # Last, so that the random inputs drawn above are the same in both processes.
     if out.phase == "warm":  # after the hits, a shape the cold process never compiled
         with out.warm_only():
-            _train(out, "C", model, compiled, eager, 9)
+            out.train_step("C", model, compiled, eager, torch.randn(9, 10))
