@@ -30,7 +30,7 @@ from .cache.fx_index import (
     signature_mismatch,
 )
 from .cache.key import CacheKey, executable_key, graph_key
-from .cache.manifest import is_local_only
+from .cache.manifest import entry_path, is_local_only
 from .cache.store import DiskCache
 from .cache.tiers import disk_cache
 from .compiled_graph import CompiledGraph
@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 
 ARTIFACT_FILE = "artifact"
 EXECUTABLE_FILE = "executable.xla_cpu"
+MODULE_FILE = "module.stablehlo.mlir"
 _FRAME_ID = re.compile(r"_\d+_(forward|backward|inference)_")
 
 
@@ -221,9 +222,11 @@ def _artifact(
     cfg: NeuronConfig,
     record: GraphRecord,
     disk: DiskCache | None,
-) -> bytes:
+) -> tuple[bytes, str | None]:
     """The verified, serialized artifact of ``lowered``: from the disk cache, or built (and
-    stored, so the next process skips verify and serialize)."""
+    stored, so the next process skips verify and serialize). With it, the module text of the
+    cache entry it came from (None when built here): its hash is bound to the key (binding.py),
+    and ``_executable`` checks the artifact against it before compiling from it."""
     components = key.components()
     graph = cache_name(name)
 
@@ -254,27 +257,42 @@ def _artifact(
                     hint=BUG_HINT,
                 ) from None
         record.verify_s += time.perf_counter() - t
-        return {ARTIFACT_FILE: art, "module.stablehlo.mlir": lowered.text.encode()}
+        return {ARTIFACT_FILE: art, MODULE_FILE: lowered.text.encode()}
 
     if disk is None:
         record.cache_source = "off"
-        return build()[ARTIFACT_FILE]
+        return build()[ARTIFACT_FILE], None
     files, record.cache_source = disk.get_or_create(
         key.digest(), build, graph_name=graph, components=components
     )
-    return files[ARTIFACT_FILE]
+    cached = record.cache_source in ("disk", "remote")
+    return files[ARTIFACT_FILE], files[MODULE_FILE].decode() if cached else None
+
+
+class UnboundArtifact(Exception):
+    """A cached artifact is not the serialization of the module its entry is keyed by."""
 
 
 def _executable(
-    art: bytes, key: CacheKey, name: str, disk: DiskCache | None, form: str = "portable"
+    art: bytes,
+    key: CacheKey,
+    name: str,
+    disk: DiskCache | None,
+    form: str = "portable",
+    module_text: str | None = None,
 ) -> XlaCpuExecutable:
     """The XLA CPU executable of ``art``: this host's disk entry, or compiled (and stored).
 
     Executables are host-specific (CPU features are in their key), never exported or promoted,
     and not locked per key: an XLA CPU compile takes seconds, so two processes racing on one both
     compile and the second publish is dropped; the expensive, shared entry is the artifact.
+
+    The key names ``art``'s sha256, so a stored executable only serves the exact bytes it was
+    compiled from. ``module_text``: the text of the cache entry ``art`` came from; before
+    compiling, ``art`` must be its serialization (raises ``UnboundArtifact``), so an entry whose
+    artifact was swapped under a genuine module is never compiled, let alone stored.
     """
-    exe_key = executable_key(key, "xla_cpu")
+    exe_key = executable_key(key, "xla_cpu", art)
     digest = exe_key.digest()
     entry = disk.get(digest) if disk is not None else None
     if entry is not None and is_local_only(entry.manifest):
@@ -282,6 +300,15 @@ def _executable(
             return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE))
         except Exception as e:  # an executable this jaxlib cannot load: rebuild it
             log.warning("graph %s: cached executable unusable (%s); recompiling", name, e)
+    if module_text is not None:  # the artifact is about to run: it must be the module's
+        try:  # compared as XLA compiles them: an HloModuleProto embeds a per-process module id
+            rebuilt = artifact_mod.serialize(module_text, form)
+            as_run = artifact_mod.executable_input
+            bound = as_run(rebuilt, form) == as_run(art, form)
+        except Exception:  # a module that no longer serializes cannot be its source either
+            bound = False
+        if not bound:
+            raise UnboundArtifact(f"the artifact of graph {name} is not built from its module")
     t = time.perf_counter()
     try:
         exe = XlaCpuExecutable(artifact_mod.executable_input(art, form))
@@ -305,6 +332,35 @@ def _executable(
                 meta={"local_only": True},
             )
     return exe
+
+
+def _bound_executable(
+    art: bytes,
+    module_text: str | None,
+    lowered: LoweredGraph,
+    key: CacheKey,
+    name: str,
+    cfg: NeuronConfig,
+    record: GraphRecord,
+    disk: DiskCache | None,
+) -> tuple[bytes, XlaCpuExecutable]:
+    """``(artifact, executable)``; a cached artifact that is not its module's serialization is
+    quarantined and rebuilt here (not re-read: the remote tier may hold the same forgery)."""
+    try:
+        return art, _executable(art, key, name, disk, cfg.artifact, module_text)
+    except UnboundArtifact as e:
+        assert disk is not None
+        digest = key.digest()
+        disk.quarantine(digest, str(e))
+        art, _ = _artifact(lowered, key, name, cfg, record, None)
+        record.cache_source = "compiled"
+        disk.put(
+            digest,
+            {ARTIFACT_FILE: art, MODULE_FILE: lowered.text.encode()},
+            graph_name=cache_name(name),
+            components=key.components(),
+        )
+        return art, _executable(art, key, name, disk, cfg.artifact)
 
 
 def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:
@@ -339,6 +395,8 @@ def _index_lookup(
         key, lowered = load_index(entry.read(INDEX_FILE))
     except (ValueError, KeyError, TypeError, OSError) as e:
         log.warning("graph %s: unreadable FX index entry (%s); lowering", name, e)
+        if entry.path == entry_path(disk.root, fx_key):  # local: moved aside, then rewritten
+            disk.quarantine(fx_key, f"FX index entry: {e}")
         return fx_key, None
     if not all(hasattr(gm, s.attr) for s in lowered.inputs if s.attr):
         return fx_key, None  # constants a pass would have created: take the long way
@@ -393,7 +451,7 @@ def _compile_region(
         check_legality(gm, lowered, target, lnc=cfg.lnc, flags=flags, graph_name=name)
 
     def build() -> tuple[bytes, Any]:
-        art = _artifact(lowered, key, name, cfg, record, disk)
+        art, module_text = _artifact(lowered, key, name, cfg, record, disk)
         t = time.perf_counter()
         if target.is_neuron:  # NEFF: cached, compiled, collected (precompile) or skipped
             from . import neuronx_cc
@@ -424,11 +482,12 @@ def _compile_region(
             # Its own cache name and scratch record: the record's cache fields describe the
             # Neuron artifact, and a miss is explained against earlier stand-ins, not against it.
             scratch = GraphRecord(name=name, kind=kind, node_count=record.node_count)
-            cpu_art = _artifact(cpu_lowered, cpu_key, name + STAND_IN, cfg, scratch, disk)
+            cpu_art, cpu_text = _artifact(cpu_lowered, cpu_key, name + STAND_IN, cfg, scratch, disk)
             record.verify_s += scratch.verify_s
-            exe = _executable(cpu_art, cpu_key, name + STAND_IN, disk, cfg.artifact)
+            cpu_sources = (cpu_lowered, cpu_key, name + STAND_IN, cfg, scratch, disk)
+            _, exe = _bound_executable(cpu_art, cpu_text, *cpu_sources)
         else:
-            exe = _executable(art, key, name, disk, cfg.artifact)
+            art, exe = _bound_executable(art, module_text, lowered, key, name, cfg, record, disk)
         record.executor_compile_s += time.perf_counter() - t
         return art, exe
 

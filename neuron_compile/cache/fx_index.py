@@ -19,7 +19,7 @@ import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..lowering.lower_graph import InputSpec, LoweredGraph, OutputSpec, is_inline_constant
-from .key import CacheKey, environment_components
+from .key import CacheKey, environment_components, graph_key
 
 INDEX_FILE = "index.json"
 _JSON_SCALARS = (bool, int, float, str, type(None))
@@ -119,7 +119,11 @@ def dump_index(key: CacheKey, lowered: LoweredGraph) -> bytes | None:
 
 
 def load_index(data: bytes) -> tuple[CacheKey, LoweredGraph]:
-    """Inverse of ``dump_index`` (raises ValueError/KeyError/TypeError on a malformed entry)."""
+    """Inverse of ``dump_index`` (raises ValueError/KeyError/TypeError on a malformed entry).
+
+    The graph key is re-derived from the payload's own text and specs (and this process's
+    toolchain): an entry that names another graph's key, or a stale toolchain, raises
+    ValueError instead of sending the graph to an entry compiled from something else."""
     d = json.loads(data)
     key = CacheKey(tuple((str(k), str(v)) for k, v in d["graph_key"]))
     inputs = [
@@ -128,6 +132,16 @@ def load_index(data: bytes) -> tuple[CacheKey, LoweredGraph]:
     ]
     outputs = [OutputSpec(k, int(i), _dtype(dt), v) for k, i, dt, v in d["outputs"]]
     lowered = LoweredGraph(d["text"], inputs, outputs, int(d["num_results"]), list(d["downcasts"]))
+    derived = graph_key(
+        lowered.text,
+        io_specs=[[vars(s) for s in inputs], [vars(o) for o in outputs]],
+        artifact_form=key.components().get("artifact_form", ""),
+    )
+    if derived.digest() != key.digest():
+        raise ValueError(
+            f"the entry's text and specs derive graph key {derived.digest()[:12]}, "
+            f"not the {key.digest()[:12]} it names ({', '.join(derived.explain(key))} differ)"
+        )
     return key, lowered
 
 

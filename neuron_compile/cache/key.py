@@ -30,7 +30,9 @@ class CacheKey:
     parts: tuple[tuple[str, str], ...]
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(self.parts).encode()).hexdigest()
+        """sha256 of the components as a sorted list: the same set of named components gives
+        the same key whatever their order, so a manifest's ``components`` re-derive it."""
+        return key_of_components(self.parts)
 
     def components(self) -> dict[str, str]:
         return dict(self.parts)
@@ -42,6 +44,15 @@ class CacheKey:
 
     def extend(self, **more: str) -> CacheKey:
         return CacheKey(self.parts + tuple(sorted(more.items())))
+
+
+def key_of_components(parts: Iterable[tuple[str, str]] | dict[str, str]) -> str:
+    """The key digest of named components (``CacheKey.digest``): what an entry's manifest must
+    re-derive to be served under its key (binding.py)."""
+    items = parts.items() if isinstance(parts, dict) else parts
+    return hashlib.sha256(
+        json.dumps(sorted([str(k), str(v)] for k, v in items)).encode()
+    ).hexdigest()
 
 
 def artifact_key(artifact: bytes, executor: str) -> CacheKey:
@@ -187,6 +198,8 @@ def host_fingerprint() -> str:
     return _sha(f"{platform.machine()}|{flags}")[:16]
 
 
-def executable_key(graph: CacheKey, executor: str) -> CacheKey:
-    """Key of a host-specific executable compiled from the artifacts under ``graph``."""
-    return graph.extend(executor=executor, host=host_fingerprint())
+def executable_key(graph: CacheKey, executor: str, artifact: bytes) -> CacheKey:
+    """Key of a host-specific executable compiled from ``artifact`` (the artifact of ``graph``):
+    the artifact's sha256 is a component, so an executable is only served for the exact bytes
+    it was compiled from."""
+    return graph.extend(executor=executor, host=host_fingerprint(), artifact=_sha(artifact))

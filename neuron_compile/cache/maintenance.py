@@ -22,6 +22,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from .binding import artifact_problem
 from .lock import holder_is_dead
 from .manifest import (
     KEY_RE,
@@ -182,7 +183,9 @@ class Maintenance:
             if path.is_symlink():
                 continue  # reported above
             try:
-                read_entry(path, read_nofollow(path / MANIFEST), key)
+                problem = artifact_problem(*read_entry(path, read_nofollow(path / MANIFEST), key))
+                if problem is not None:  # well-formed and keyed, but the artifact is not its own
+                    raise ManifestError(f"entry not bound to its key: {problem}")
             except (OSError, ManifestError) as exc:
                 problems.append({"key": key, "problem": f"{type(exc).__name__}: {exc}"})
                 if quarantine:

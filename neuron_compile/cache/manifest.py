@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from .binding import binding_problem
+
 STORE_SCHEMA = 1  # bump when the entry layout changes; older entries then read as misses
 MANIFEST = "manifest.json"
 # Empty sidecar whose mtime is the last access: artifacts are never rewritten after publish.
@@ -118,7 +120,8 @@ def parse_manifest(data: bytes, key: str | None = None) -> dict[str, Any]:
 
 
 def verify_files(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
-    """Exactly the files of the manifest, each with the recorded size and sha256."""
+    """Exactly the files of the manifest, each with the recorded size and sha256, and bound to
+    the manifest's key by content (binding.py)."""
     expected = manifest["files"]
     if set(files) != set(expected):
         missing = sorted(set(expected) - set(files))
@@ -130,6 +133,9 @@ def verify_files(manifest: dict[str, Any], files: dict[str, bytes]) -> None:
             raise ManifestError(f"{name}: size {len(data)}, manifest says {info['size']}")
         if sha256(data) != info["sha256"]:
             raise ManifestError(f"{name}: sha256 mismatch")
+    problem = binding_problem(manifest["key"], manifest, files)
+    if problem is not None:  # whole, but not the entry of this key: a forgery or a misplacement
+        raise ManifestError(f"entry not bound to its key: {problem}")
 
 
 def read_nofollow(path: Path) -> bytes:

@@ -290,6 +290,10 @@ class DiskCache(Maintenance):
                 pass  # a read-only cache still serves hits; LRU order just stops updating
         return Entry(key, path, manifest, files)
 
+    def quarantine(self, key: str, why: str) -> None:
+        """Move this cache's own entry ``key`` aside: a caller found it does not bind."""
+        self._quarantine(self.root, key, entry_path(self.root, key), None, why)
+
     def _quarantine(self, base: Path, key: str, path: Path, fd: int | None, why: str) -> None:
         """Move a corrupt entry aside, unless another reader holds it (it will do the same).
         A corrupt remote entry is only refused (a miss): readers never write to the shared tier."""

@@ -88,9 +88,18 @@ def test_locations_do_not_enter_the_key():
     assert _key(text=located).digest() == _key().digest()
 
 
-def test_executable_key_adds_executor_and_host_only():
-    exe = executable_key(_key(), "xla_cpu")
-    assert _key().explain(exe) == ["executor", "host"]
+def test_executable_key_adds_executor_host_and_artifact_only():
+    exe = executable_key(_key(), "xla_cpu", b"artifact bytes")
+    assert _key().explain(exe) == ["artifact", "executor", "host"]
+    assert exe.digest() != executable_key(_key(), "xla_cpu", b"other bytes").digest()
+
+
+def test_a_key_is_derived_from_its_components_in_any_order():
+    from neuron_compile.cache.key import CacheKey, key_of_components
+
+    key = _key()
+    assert key_of_components(key.components()) == key.digest()
+    assert CacheKey(tuple(reversed(key.parts))).digest() == key.digest()
 
 
 _PRINT_KEY = f"""
