@@ -500,7 +500,8 @@ def defer(
 
 
 def _load(code: NeuronOutputCode, loaded_with: Sequence[Any]) -> Any:
-    from .cache.fx_index import INDEX_FILE, load_index
+    from .cache.binding import INDEX_FILE
+    from .cache.fx_index import load_index
     from .cache.tiers import disk_cache
     from .compiler import _compile_region, _warn_downcasts
     from .metrics import GraphRecord, add_record

@@ -21,8 +21,8 @@ import torch.fx as fx
 
 from . import artifact as artifact_mod
 from .cache import executable_cache
+from .cache.binding import ARTIFACT_FILE, EXECUTABLE_FILE, INDEX_FILE, MODULE_FILE
 from .cache.fx_index import (
-    INDEX_FILE,
     dump_index,
     graph_signature,
     index_key,
@@ -55,9 +55,6 @@ from .saved import META_KEY
 
 log = logging.getLogger(__name__)
 
-ARTIFACT_FILE = "artifact"
-EXECUTABLE_FILE = "executable.xla_cpu"
-MODULE_FILE = "module.stablehlo.mlir"
 _FRAME_ID = re.compile(r"_\d+_(forward|backward|inference)_")
 
 

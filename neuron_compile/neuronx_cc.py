@@ -36,13 +36,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .cache.binding import NEFF_FILE
+
 log = logging.getLogger(__name__)
 
 ENV_PATH = "NEURON_COMPILE_NEURONX_CC"
 ENV_TIMEOUT = "NEURON_COMPILE_NEURONX_CC_TIMEOUT"
 ENV_FLAGS = "NEURON_CC_FLAGS"
 DEFAULT_TIMEOUT = 7200.0
-NEFF_FILE = "model.neff"
 LOG_FILE = "neuronx-cc.log"
 
 #: ``NCC_`` + E(rror)/I(nternal) + 3-letter class + 3 digits; older logs print ``[TEN404]``.

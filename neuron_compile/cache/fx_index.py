@@ -21,7 +21,6 @@ from torch.utils._python_dispatch import _disable_current_modes
 from ..lowering.lower_graph import InputSpec, LoweredGraph, OutputSpec, is_inline_constant
 from .key import CacheKey, environment_components, graph_key
 
-INDEX_FILE = "index.json"
 _JSON_SCALARS = (bool, int, float, str, type(None))
 
 

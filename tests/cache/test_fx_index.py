@@ -63,7 +63,7 @@ def test_an_index_entry_that_does_not_fit_its_graph_is_recompiled_not_called(cap
     import json
     import shutil
 
-    from neuron_compile.cache.fx_index import INDEX_FILE
+    from neuron_compile.cache.binding import INDEX_FILE
     from neuron_compile.cache.tiers import disk_cache
 
     def f(x, y):
