@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -110,6 +113,20 @@ def cache_env(root: Path) -> dict[str, str]:
         # warm process different samples, hence different graphs.
         "PYTHONHASHSEED": "0",
     }
+
+
+def run_child(code: str, root: Path, *args: str, **env: str) -> tuple[dict[str, Any], str]:
+    """Run ``code`` (with ``args``) in a fresh process on the caches under ``root``
+    (``cache_env`` plus ``env``): its last stdout line as JSON, and its stderr."""
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env={**cache_env(root), **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
 def aot_counts() -> dict[str, int]:

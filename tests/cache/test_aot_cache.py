@@ -5,12 +5,8 @@ turned off never reuse an entry wrongly and never fail."""
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +14,7 @@ import torch
 
 from neuron_compile import aot_cache
 from neuron_compile.config import load_config
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_child
 
 _TRAIN_STEP = """
 import json, sys, warnings, torch, neuron_compile
@@ -84,22 +79,7 @@ print(json.dumps({
 
 
 def _run(cache: Path, model: str = "net", **env: str) -> dict:
-    full_env = {
-        **os.environ,
-        "NEURON_COMPILE_CACHE_DIR": str(cache / "neuron"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torch"),
-        "PYTHONPATH": str(ROOT),
-        **env,
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", _TRAIN_STEP, model],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(_TRAIN_STEP, cache, model, **env)[0]
 
 
 @pytest.fixture(scope="module")

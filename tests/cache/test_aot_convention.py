@@ -9,18 +9,13 @@ the record says why (``aot_cache_refused``)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
 from neuron_compile import aot_cache
 from neuron_compile.lowering import lower_graph
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_child
 
 _INV = """
 import contextlib, dataclasses, json, sys, warnings, torch, neuron_compile
@@ -56,17 +51,7 @@ print(json.dumps({
 
 
 def _run(cache: Path, *modes: str) -> dict:
-    env = {
-        **os.environ,
-        "NEURON_COMPILE_CACHE_DIR": str(cache / "neuron"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torch"),
-        "PYTHONPATH": str(ROOT),
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", _INV, *modes], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(_INV, cache, *modes)[0]
 
 
 def _values(run: dict) -> tuple:

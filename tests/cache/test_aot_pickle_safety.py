@@ -8,16 +8,13 @@ replaced by a pickle whose payload creates a marker file, as an attacker who can
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_child
 
 _STEP = """
 import json, torch, neuron_compile
@@ -47,17 +44,7 @@ class _Payload:
 
 
 def _run(cache: Path) -> tuple[dict, str]:
-    env = {
-        **os.environ,
-        "NEURON_COMPILE_CACHE_DIR": str(cache / "neuron"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torch"),
-        "PYTHONPATH": str(ROOT),
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", _STEP], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
+    return run_child(_STEP, cache)
 
 
 def _plant(cache: Path, marker: Path) -> int:

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -26,8 +23,7 @@ from neuron_compile.cache.manifest import (
     entry_path,
 )
 from neuron_compile.cache.store import DiskCache
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_child
 
 _MODEL = """
 import json, sys, warnings, torch, neuron_compile
@@ -57,23 +53,7 @@ A, B = "3.0", "5.0"
 
 
 def _run(cache: Path, constant: str, **env: str) -> dict:
-    full_env = {
-        **os.environ,
-        "NEURON_COMPILE_CACHE_DIR": str(cache / "neuron"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "torch"),
-        "NEURON_COMPILE_AOT_CACHE": "0",
-        "PYTHONPATH": str(ROOT),
-        **env,
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", _MODEL, constant],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_child(_MODEL, cache, constant, **{"NEURON_COMPILE_AOT_CACHE": "0", **env})[0]
 
 
 @pytest.fixture(scope="module")
