@@ -11,13 +11,12 @@ from typing import Any
 
 def _info() -> dict[str, Any]:
     from .cache import store
-    from .cache.tiers import disk_cache
     from .config import ENV_VARS
     from .dump import versions
     from .registration import BACKEND_NAMES, other_registrations
     from .runtime.xla_cpu import platform_version
 
-    cache = disk_cache()
+    cache = store.DiskCache.from_env(create=False)  # info only reads: it creates no directory
     return {
         "versions": versions(),
         "executor": platform_version(),
@@ -25,7 +24,11 @@ def _info() -> dict[str, Any]:
         "neuron_name_also_registered_by": other_registrations("neuron"),
         "env_vars": {**ENV_VARS, "log": "NEURON_COMPILE_LOG"},
         "cache_env_vars": list(store.ENV_VARS),
-        "cache": cache.stats() if cache is not None else {"enabled": False},
+        "cache": (
+            {**cache.stats(), "created": cache.root.is_dir()}
+            if cache is not None
+            else {"enabled": False}
+        ),
     }
 
 
@@ -48,6 +51,8 @@ def _print_info(info: dict[str, Any]) -> None:
             f"{cache['total_bytes'] / 2**20:.1f} of {cache['max_bytes'] / 2**30:.0f} GiB"
             + (f"; remote {cache['remote']}" if cache.get("remote") else "")
         )
+    elif cache.get("created") is False:
+        print(f"{'cache':16} {cache['root']}: not created yet (the first compile creates it)")
     else:
         print(f"{'cache':16} off")
     clash = info["neuron_name_also_registered_by"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -57,3 +58,16 @@ def test_precompile_passes_arguments_after_double_dash_to_the_script(monkeypatch
     monkeypatch.setattr(precompile, "main", fake_main)
     assert cli.main(["precompile", "train.py", "--target", "trn2", "--", "--samples", "48"]) == 0
     assert seen == {"script": "train.py", "script_args": ["--samples", "48"], "args_str": ""}
+
+
+def test_info_reads_the_cache_without_creating_it(tmp_path):
+    root = tmp_path / "not-yet"
+    proc = subprocess.run(
+        [sys.executable, "-m", "neuron_compile", "info"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NEURON_COMPILE_CACHE_DIR": str(root)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "not created yet" in proc.stdout and not root.exists()

@@ -37,6 +37,14 @@ NEFF_FILE = "model.neff"
 KEYED_FILES = frozenset({ARTIFACT_FILE, MODULE_FILE, EXECUTABLE_FILE, NEFF_FILE})
 
 
+def self_keyed(manifest: dict[str, Any]) -> bool:
+    """Whether the entry's key cannot be re-derived from its content: an FX index entry's key
+    digests an FX graph the entry does not hold, so a whole index entry written for another
+    graph binds as well as the genuine one. Such entries are trusted only from the local tier,
+    a remote tier nobody else can write, or with the team key's signature (signing.py)."""
+    return INDEX_FILE in (manifest.get("files") or {})
+
+
 def module_digest(text: bytes | str) -> str:
     """``components["module"]`` of a module text (key.graph_key's definition)."""
     raw = text.decode() if isinstance(text, bytes) else text

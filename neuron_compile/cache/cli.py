@@ -1,6 +1,6 @@
 """``neuron-compile cache ...``: inspect and maintain the on-disk compilation cache.
 
-Subcommands: ls, du, verify, prune, clear, export, import, explain, promote. Each takes ``--json``
+Subcommands: ls, du, verify, prune, clear, export, import, explain, promote, keygen. Each takes ``--json``
 and ``--dir`` (default: ``$NEURON_COMPILE_CACHE_DIR`` or ``~/.cache/neuron-compile``).
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 from . import settings
 from .manifest import KEY_RE
+from .signing import ENV_SIGNING_KEY, write_new_key
 from .store import DiskCache, describe_diff
 
 _DAY = 86400.0
@@ -41,15 +42,17 @@ def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
         "import": "validate and install a bundle",
         "explain": "show an entry's key components and how it differs from its nearest sibling",
         "promote": "copy local entries to the remote tier",
+        "keygen": "create a team signing key file (docs/cache-security.md)",
     }
     parsers = {
         name: csub.add_parser(name, help=text, description=text) for name, text in cmds.items()
     }
-    for p in parsers.values():
-        p.add_argument("--dir", type=Path, help="cache root (default: from the environment)")
-        p.add_argument(
-            "--remote", type=Path, help="remote tier (default: $NEURON_COMPILE_REMOTE_CACHE)"
-        )
+    for name, p in parsers.items():
+        if name != "keygen":
+            p.add_argument("--dir", type=Path, help="cache root (default: from the environment)")
+            p.add_argument(
+                "--remote", type=Path, help="remote tier (default: $NEURON_COMPILE_REMOTE_CACHE)"
+            )
         p.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
         p.set_defaults(cache_run=run)
     parsers["verify"].add_argument(
@@ -77,6 +80,7 @@ def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
     parsers["import"].add_argument("bundle", type=Path)
     parsers["explain"].add_argument("key", help="key (or unique prefix)")
     parsers["promote"].add_argument("keys", nargs="*", help="keys (default: all)")
+    parsers["keygen"].add_argument("path", type=Path, help="new key file (never overwritten)")
     return cache
 
 
@@ -98,6 +102,7 @@ def _open(args: argparse.Namespace) -> DiskCache:
             "max_bytes": env.max_bytes,
             "allow_shared_writable": env.allow_shared_writable,
             "failure_ttl": env.failure_ttl,
+            "signer": env.signer,
         }
     read_only = cmd in READ_ONLY and not getattr(args, "quarantine", False)
     return DiskCache(root, remote=remote, create=not read_only, **kwargs)
@@ -144,45 +149,12 @@ def run(args: argparse.Namespace, as_json: bool = False) -> int:
     code = 0
     result: Any
     try:
-        cache = _open(args)
-        if cmd == "ls":
-            result = {"root": str(cache.root), "entries": [e.summary() for e in cache.entries()]}
-        elif cmd == "du":
-            entries = cache.entries()
-            result = {"root": str(cache.root), "entries": len(entries), "bytes": cache.du()}
-            result["max_bytes"] = cache.max_bytes
-        elif cmd == "verify":
-            problems = cache.verify(quarantine=args.quarantine)
-            result = {"root": str(cache.root), "ok": not problems, "problems": problems}
-            code = 1 if problems else 0
-        elif cmd == "prune":
-            keep = dict(item.split("=", 1) for item in args.keep)
-            older = args.older_than * _DAY if args.older_than is not None else None
-            result = {"removed": cache.prune(older_than=older, keep_component=keep or None)}
-        elif cmd == "clear":
-            result = {"removed": cache.clear(failures_only=args.failures)}
-        elif cmd == "export":
-            keys = [_resolve(cache, k) for k in args.keys]
-            keys += [
-                e.key
-                for e in cache.entries()
-                if e.key not in keys and any(fnmatch(e.graph_name, g) for g in args.graph)
-            ]
-            if not keys:
-                raise SystemExit("neuron-compile: nothing to export (give keys or --graph)")
-            from .bundle import write_bundle
-
-            entries = cache.exportable(keys)  # read and verified once, listed as written
-            bundle = write_bundle([(e.manifest, e.files()) for e in entries], Path(args.output))
-            result = {"bundle": str(bundle), "keys": [e.key for e in entries]}
-        elif cmd == "import":
-            result = {"imported": cache.import_bundle(args.bundle)}
-        elif cmd == "explain":
-            result = _explain(cache, _resolve(cache, args.key))
+        if cmd == "keygen":  # needs no cache: a new file of 256 random bits, mode 600
+            result = {"key_file": str(args.path), "key_id": write_new_key(args.path)}
+            result["setup"] = f"{ENV_SIGNING_KEY}={args.path} on every writer and reader"
         else:
-            keys = [_resolve(cache, k) for k in args.keys] or None
-            remote = str(cache.remote) if cache.remote is not None else None
-            result = {"promoted": cache.promote(keys), "remote": remote}
+            result = _run_on_cache(_open(args), cmd, args)
+            code = 1 if cmd == "verify" and not result["ok"] else 0
     except (OSError, ValueError) as exc:  # CacheBundleError is a ValueError
         print(f"neuron-compile: {exc}", file=sys.stderr)
         return 2
@@ -192,6 +164,46 @@ def run(args: argparse.Namespace, as_json: bool = False) -> int:
     else:
         _print(cmd, result)
     return code
+
+
+def _run_on_cache(cache: DiskCache, cmd: str, args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any]
+    if cmd == "ls":
+        result = {"root": str(cache.root), "entries": [e.summary() for e in cache.entries()]}
+    elif cmd == "du":
+        entries = cache.entries()
+        result = {"root": str(cache.root), "entries": len(entries), "bytes": cache.du()}
+        result["max_bytes"] = cache.max_bytes
+    elif cmd == "verify":
+        problems = cache.verify(quarantine=args.quarantine)
+        result = {"root": str(cache.root), "ok": not problems, "problems": problems}
+    elif cmd == "prune":
+        keep = dict(item.split("=", 1) for item in args.keep)
+        older = args.older_than * _DAY if args.older_than is not None else None
+        result = {"removed": cache.prune(older_than=older, keep_component=keep or None)}
+    elif cmd == "clear":
+        result = {"removed": cache.clear(failures_only=args.failures)}
+    elif cmd == "export":
+        keys = [_resolve(cache, k) for k in args.keys]
+        keys += [
+            e.key
+            for e in cache.entries()
+            if e.key not in keys and any(fnmatch(e.graph_name, g) for g in args.graph)
+        ]
+        if not keys:
+            raise SystemExit("neuron-compile: nothing to export (give keys or --graph)")
+        entries = cache.exportable(keys)  # read and verified once, listed as written
+        bundle = cache.export_entries(entries, args.output)
+        result = {"bundle": str(bundle), "keys": [e.key for e in entries]}
+    elif cmd == "import":
+        result = {"imported": cache.import_bundle(args.bundle)}
+    elif cmd == "explain":
+        result = _explain(cache, _resolve(cache, args.key))
+    else:
+        keys = [_resolve(cache, k) for k in args.keys] or None
+        remote = str(cache.remote) if cache.remote is not None else None
+        result = {"promoted": cache.promote(keys), "remote": remote}
+    return result
 
 
 def _print(cmd: str, result: dict[str, Any]) -> None:

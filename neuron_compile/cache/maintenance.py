@@ -22,7 +22,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from .binding import artifact_problem
+from .binding import artifact_problem, self_keyed
 from .lock import holder_is_dead
 from .manifest import (
     KEY_RE,
@@ -30,13 +30,16 @@ from .manifest import (
     Entry,
     ManifestError,
     check_key,
+    foreign_reason,
     is_local_only,
     parse_manifest,
     read_entry,
     read_nofollow,
     same_file,
+    seal,
     tree_size,
 )
+from .signing import Signer
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +57,20 @@ def unsafe_reason(path: Path, *, allow_shared: bool) -> str | None:
         return "it is not a directory"
     if allow_shared:
         return None
-    if st.st_uid != os.geteuid():
-        return f"it is owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
-    if st.st_mode & 0o022:
-        return f"it is writable by group or others (mode {oct(st.st_mode & 0o777)})"
+    why = foreign_reason(st)
+    return None if why is None else f"it is {why}"
+
+
+def subtree_reason(root: Path, *, allow_shared: bool) -> str | None:
+    """Why the directories a cache reads under ``root`` must not be trusted, or None: each must
+    be a real directory with the root's ownership rules (another user's ``entries/`` inside a
+    root of ours could be filled with anything)."""
+    for d in SUBDIRS:
+        path = root / d
+        if path.is_symlink():
+            return f"{d}/ is a symlink"
+        if path.exists() and (why := unsafe_reason(path, allow_shared=allow_shared)) is not None:
+            return f"{d}/: {why}"
     return None
 
 
@@ -133,6 +146,10 @@ class Maintenance:
     _warn: Callable[[str], None]
     _load: Callable[..., Entry | None]
     _publish: Callable[..., Path]
+    signer: Signer | None
+    allow_shared_writable: bool
+    signature_problem: Callable[[str, dict[str, Any]], str | None]
+    trusts_self_keyed: Callable[[str], bool]
     failure: Callable[[str], dict[str, Any] | None]
 
     def _entry_dirs(self, base: Path | None = None) -> Iterator[tuple[str, Path]]:
@@ -183,9 +200,15 @@ class Maintenance:
             if path.is_symlink():
                 continue  # reported above
             try:
-                problem = artifact_problem(*read_entry(path, read_nofollow(path / MANIFEST), key))
+                manifest, files = read_entry(
+                    path, read_nofollow(path / MANIFEST), key, owned=not self.allow_shared_writable
+                )
+                problem = artifact_problem(manifest, files)
                 if problem is not None:  # well-formed and keyed, but the artifact is not its own
                     raise ManifestError(f"entry not bound to its key: {problem}")
+                problem = self.signature_problem("local", manifest)
+                if problem is not None:
+                    raise ManifestError(f"signature: {problem}")
             except (OSError, ManifestError) as exc:
                 problems.append({"key": key, "problem": f"{type(exc).__name__}: {exc}"})
                 if quarantine:
@@ -344,8 +367,8 @@ class Maintenance:
                 continue
             if self._load(self.remote, key, local=False) is not None:
                 continue
-            try:
-                self._publish(self.remote, key, entry.manifest, entry.files())
+            try:  # signed with the team key, if we hold one: we wrote and verified it
+                self._publish(self.remote, key, seal(entry.manifest, self.signer), entry.files())
                 copied += 1
             except OSError as exc:
                 self._warn(f"cannot promote {key[:12]} to {self.remote}: {exc}")
@@ -368,13 +391,19 @@ class Maintenance:
     def export(self, keys: list[str], bundle: Path) -> Path:
         """Write a portable bundle (directory, or ``.tar``/``.tar.gz``) of the verified entries
         of ``keys``, host-specific executables left out (``exportable``)."""
+        return self.export_entries(self.exportable(keys), bundle)
+
+    def export_entries(self, entries: list[Entry], bundle: Path) -> Path:
+        """Write ``entries`` (from ``exportable``) as a bundle, each manifest signed with the team
+        key when this cache holds one."""
         from .bundle import write_bundle
 
-        entries = self.exportable(keys)
-        return write_bundle([(e.manifest, e.files()) for e in entries], Path(bundle))
+        sealed = [(seal(e.manifest, self.signer), e.files()) for e in entries]
+        return write_bundle(sealed, Path(bundle))
 
     def import_bundle(self, bundle: Path) -> list[str]:
-        """Validate the whole bundle, then install its entries; returns the bundle's keys."""
+        """Validate the whole bundle, then install its entries; returns the keys installed (all
+        but FX index entries without the team key's signature: ``binding.self_keyed``)."""
         from .bundle import read_bundle
 
         # Raises CacheBundleError before anything is written; reads at most max_bytes of artifacts.
@@ -385,13 +414,30 @@ class Maintenance:
                 f"bundle holds host-specific executables ({', '.join(k[:12] for k in foreign)}); "
                 "they are never imported: loading one would run native code from the bundle"
             )
+        unsigned = [
+            f"{m['key'][:12]}: {why}"
+            for m, _f in entries
+            if (why := self.signature_problem("import", m)) is not None
+        ]
+        if unsigned:
+            raise _errors().CacheBundleError(
+                f"bundle entries not signed by the team key ({'; '.join(unsigned)}); nothing "
+                "imported (export them again where the team key is set)"
+            )
         if not (self.enabled and self.writable):
             raise _errors().CacheBundleError(f"cache {self.root} is disabled or read-only")
+        installed = []
         for manifest, files in entries:
+            if self_keyed(manifest) and not self.trusts_self_keyed("import"):
+                continue  # an unsigned FX index entry: this host lowers the graph once instead
             if self._load(self.root, manifest["key"], local=False) is None:
                 self._publish(self.root, manifest["key"], manifest, files)
+            installed.append(manifest["key"])
         self._evict()
-        return [m["key"] for m, _f in entries]
+        skipped = len(entries) - len(installed)
+        if skipped:
+            log.info("%d unsigned FX index entries of the bundle not installed", skipped)
+        return installed
 
 
 def describe_diff(old: dict[str, str], new: dict[str, str]) -> list[str]:

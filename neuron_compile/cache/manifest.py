@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .binding import binding_problem
+from .signing import Signer
 
 STORE_SCHEMA = 1  # bump when the entry layout changes; older entries then read as misses
 MANIFEST = "manifest.json"
@@ -69,6 +70,7 @@ def build_manifest(
     compile_seconds: float = 0.0,
     meta: dict[str, Any] | None = None,
     created: float | None = None,
+    signer: Signer | None = None,
 ) -> dict[str, Any]:
     manifest: dict[str, Any] = {
         "schema": STORE_SCHEMA,
@@ -83,8 +85,27 @@ def build_manifest(
         "compile_seconds": float(compile_seconds),
         "meta": dict(meta or {}),
     }
-    manifest["checksum"] = _checksum(manifest)
-    return manifest
+    return seal(manifest, signer)
+
+
+def seal(manifest: dict[str, Any], signer: Signer | None = None) -> dict[str, Any]:
+    """``manifest`` signed by ``signer`` when it holds a usable key (any previous signature
+    dropped), with its checksum recomputed. Writers sign what they write, promote or export."""
+    sealed = {k: v for k, v in manifest.items() if k not in ("checksum", "signature")}
+    if signer is not None and signer.problem is None:
+        sealed["signature"] = signer.signature(sealed)
+    sealed["checksum"] = _checksum(sealed)
+    return sealed
+
+
+def foreign_reason(st: os.stat_result) -> str | None:
+    """Why a directory or file with status ``st`` may hold what another user wrote, or None:
+    owned by someone else, or writable by group or others."""
+    if st.st_uid != os.geteuid():
+        return f"owned by uid {st.st_uid}, not by you (uid {os.geteuid()})"
+    if st.st_mode & 0o022:
+        return f"writable by group or others (mode {oct(st.st_mode & 0o777)})"
+    return None
 
 
 def dump_manifest(manifest: dict[str, Any]) -> bytes:
@@ -151,17 +172,23 @@ def read_nofollow(path: Path) -> bytes:
         os.close(fd)
 
 
-def walk_tree(top: Path) -> dict[str, Path]:
-    """Every regular file under ``top`` by relative POSIX name; symlinks and devices are errors."""
+def walk_tree(top: Path, *, owned: bool = False) -> dict[str, Path]:
+    """Every regular file under ``top`` by relative POSIX name; symlinks and devices are errors,
+    and with ``owned`` so is anything another user owns or may write (``foreign_reason``)."""
     st = os.lstat(top)
     if not stat.S_ISDIR(st.st_mode):
         raise ManifestError(f"{top} is {'a symlink' if stat.S_ISLNK(st.st_mode) else 'not a dir'}")
+    if owned and (why := foreign_reason(st)) is not None:
+        raise ManifestError(f"the entry directory is {why}")
     found: dict[str, Path] = {}
     for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
         for name in dirnames + filenames:
             path = Path(dirpath, name)
-            mode = os.lstat(path).st_mode
+            st = os.lstat(path)
+            mode = st.st_mode
             rel = PurePosixPath(path.relative_to(top)).as_posix()
+            if owned and not stat.S_ISLNK(mode) and (why := foreign_reason(st)) is not None:
+                raise ManifestError(f"{rel} is {why}")
             if stat.S_ISLNK(mode):
                 raise ManifestError(f"{rel} is a symlink")
             if stat.S_ISREG(mode):
@@ -172,11 +199,12 @@ def walk_tree(top: Path) -> dict[str, Path]:
 
 
 def read_entry(
-    path: Path, manifest_data: bytes, key: str
+    path: Path, manifest_data: bytes, key: str, *, owned: bool = False
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """Load and fully verify the entry at ``path``; raise ``ManifestError`` on any defect."""
+    """Load and fully verify the entry at ``path``; raise ``ManifestError`` on any defect
+    (``owned``: including a file or directory another user may have written)."""
     manifest = parse_manifest(manifest_data, key)
-    on_disk = walk_tree(path)
+    on_disk = walk_tree(path, owned=owned)
     stray = sorted(set(on_disk) - set(manifest["files"]) - RESERVED)
     if stray:
         raise ManifestError(f"files not in the manifest: {stray}")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from .signing import ENV_SIGNED_TIERS, ENV_SIGNING_KEY, TIER_SETS, Signer, make_signer
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 10 * 2**30
@@ -38,6 +40,8 @@ ENV_VARS = (
     ENV_RETRY_FAILED,
     ENV_CACHE_ONLY,
     ENV_ALLOW_SHARED,
+    ENV_SIGNING_KEY,
+    ENV_SIGNED_TIERS,
 )
 _OFF = ("0", "off", "false", "no", "none")
 _TRUE = ("1", "true", "yes", "on")
@@ -79,6 +83,14 @@ def parse_flag(text: str) -> bool:
     if word in _FALSE:
         return False
     raise ValueError("not a boolean")
+
+
+def parse_tiers(text: str) -> str:
+    """A ``NEURON_COMPILE_CACHE_SIGNED_TIERS`` value: ``shared`` or ``all``."""
+    word = text.strip().lower()
+    if word not in TIER_SETS:
+        raise ValueError("not a tier set")
+    return word
 
 
 def expand_path(text: str) -> Path:
@@ -125,6 +137,8 @@ class CacheSettings:
     retry_failed: bool
     cache_only: bool
     allow_shared_writable: bool
+    #: The team key (signing.py), or None when entries are neither signed nor checked.
+    signer: Signer | None = None
 
 
 def from_environ(env: Mapping[str, str] | None = None) -> CacheSettings | None:
@@ -159,4 +173,18 @@ def from_environ(env: Mapping[str, str] | None = None) -> CacheSettings | None:
         retry_failed=_read(env, ENV_RETRY_FAILED, parse_flag, False, flag),
         cache_only=_read(env, ENV_CACHE_ONLY, parse_flag, False, flag),
         allow_shared_writable=_read(env, ENV_ALLOW_SHARED, parse_flag, False, flag),
+        signer=_signer(env),
     )
+
+
+def _signer(env: Mapping[str, str]) -> Signer | None:
+    path = env.get(ENV_SIGNING_KEY, "")
+    if not path.strip():
+        return None
+    raw = env.get(ENV_SIGNED_TIERS, "").strip() or "shared"
+    try:
+        tiers = parse_tiers(raw)
+    except ValueError as exc:  # a typo must not leave a tier unchecked: cover them all
+        _warn_once(ENV_SIGNED_TIERS, raw, str(exc), "shared or all", "all")
+        tiers = "all"
+    return make_signer(path, tiers)

@@ -25,20 +25,30 @@ import contextlib
 import errno
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import secrets
 import shutil
 import socket
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from . import settings
+from .binding import self_keyed
+from .failures import FailureRecords
 from .lock import KeyLock, LockTimeout
-from .maintenance import SUBDIRS, Maintenance, describe_diff, ensure_dir, unsafe_reason
+from .maintenance import (
+    SUBDIRS,
+    Maintenance,
+    _errors,
+    describe_diff,
+    ensure_dir,
+    subtree_reason,
+    unsafe_reason,
+)
 from .manifest import (
     ACCESS,
     KEY_RE,
@@ -49,6 +59,7 @@ from .manifest import (
     build_manifest,
     check_key,
     entry_path,
+    foreign_reason,
     is_local_only,
     parse_manifest,
     read_entry,
@@ -58,6 +69,7 @@ from .manifest import (
     tree_size,
     write_entry,
 )
+from .signing import Signer
 
 __all__ = ["DEFAULT_MAX_BYTES", "DiskCache", "Entry", "default_root", "describe_diff"]
 DEFAULT_MAX_BYTES = settings.DEFAULT_MAX_BYTES
@@ -69,13 +81,7 @@ default_root = settings.default_root
 log = logging.getLogger(__name__)
 
 
-def _errors() -> Any:
-    from .. import errors  # lazy: errors.py imports torch.fx, the store must not
-
-    return errors
-
-
-class DiskCache(Maintenance):
+class DiskCache(Maintenance, FailureRecords):
     """Local disk cache with an optional read-through remote tier (see the module docstring)."""
 
     def __init__(
@@ -90,6 +96,7 @@ class DiskCache(Maintenance):
         retry_failed: bool = False,
         cache_only: bool = False,
         create: bool = True,  # False: open an existing cache to read; create nothing
+        signer: Signer | None = None,  # a team key: sign writes, check the tiers it covers
     ) -> None:
         try:
             self.root = settings.expand_path(str(root))
@@ -116,13 +123,14 @@ class DiskCache(Maintenance):
              "failures_recorded", "cached_failures_raised", "quarantined", "evicted"),
             0,
         )  # fmt: skip
+        self.signer = signer
         self.enabled, self.writable = self._prepare_root(create)
         self.remote_enabled = self.remote is not None and self._check_remote(self.remote)
 
     @classmethod
-    def from_env(cls) -> DiskCache | None:
+    def from_env(cls, *, create: bool = True) -> DiskCache | None:
         """The cache configured by ``NEURON_COMPILE_CACHE_*`` env vars (parsed by settings.py,
-        which warns about bad values); None when disabled."""
+        which warns about bad values); None when disabled. ``create=False``: see ``__init__``."""
         s = settings.from_environ()
         if s is None:
             return None
@@ -134,6 +142,8 @@ class DiskCache(Maintenance):
             failure_ttl=s.failure_ttl,
             retry_failed=s.retry_failed,
             cache_only=s.cache_only,
+            signer=s.signer,
+            create=create,
         )
 
     # -- setup and warnings ---------------------------------------------------------------------
@@ -158,9 +168,9 @@ class DiskCache(Maintenance):
             pass  # reported below as unusable or read-only
         why = unsafe_reason(self.root, allow_shared=self.allow_shared_writable)
         if why is None:
-            why = next(
-                (f"{d}/ is a symlink" for d in SUBDIRS if (self.root / d).is_symlink()), None
-            )
+            why = subtree_reason(self.root, allow_shared=self.allow_shared_writable)
+        if why is None and self._signer_refuses("local"):
+            why = self.signer.problem  # type: ignore[union-attr]
         if why is not None:
             self._warn(
                 f"[NC404] not using compilation cache {self.root}: {why}; running uncached "
@@ -177,10 +187,31 @@ class DiskCache(Maintenance):
 
     def _check_remote(self, remote: Path) -> bool:
         why = unsafe_reason(remote, allow_shared=self.allow_shared_writable)
+        if why is None:
+            why = subtree_reason(remote, allow_shared=self.allow_shared_writable)
+        if why is None and self._signer_refuses("remote"):
+            why = self.signer.problem  # type: ignore[union-attr]
         if why is not None:
             self._warn(f"[NC404] not using remote cache {remote}: {why}")
             return False
         return True
+
+    def _signer_refuses(self, tier: str) -> bool:
+        """Whether ``tier`` is covered by a team key that cannot be used: fail closed."""
+        return self.signer is not None and self.signer.covers(tier) and bool(self.signer.problem)
+
+    def signature_problem(self, tier: str, manifest: dict[str, Any]) -> str | None:
+        """Why an entry of ``tier`` ("local", "remote", "import") is refused by the team key."""
+        if self.signer is None or not self.signer.covers(tier):
+            return None
+        return self.signer.refusal(manifest)
+
+    def trusts_self_keyed(self, tier: str) -> bool:
+        """Whether ``tier`` may serve entries that bind only to themselves (``self_keyed``):
+        when the team key covers it, or (remote tier) when only you can write it."""
+        if self.signer is not None and self.signer.covers(tier) and not self.signer.problem:
+            return True
+        return tier == "remote" and not self.allow_shared_writable
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -234,6 +265,13 @@ class DiskCache(Maintenance):
             # machine wrote: loading one runs it. promote() never puts one in the remote tier.
             log.warning("remote cache entry %s claims to be local-only; ignored", key[:12])
             entry = None
+        if (
+            entry is not None
+            and self_keyed(entry.manifest)
+            and not self.trusts_self_keyed("remote")
+        ):
+            log.debug("FX index entry %s of a tier others write, unsigned: lowering", key[:12])
+            entry = None
         if entry is None:
             self._counts["remote_misses"] += count_miss
             return None, "remote"
@@ -269,9 +307,16 @@ class DiskCache(Maintenance):
             fcntl.flock(fd, fcntl.LOCK_SH)  # eviction takes LOCK_EX: it cannot delete under us
             if not same_file(fd, path / MANIFEST):
                 return None  # evicted or quarantined while we waited for the lock
-            if path.parent.is_symlink():
+            shard = os.lstat(path.parent)
+            if stat.S_ISLNK(shard.st_mode):
                 raise ManifestError(f"{path.parent} is a symlink")
-            manifest, files = read_entry(path, read_fd(fd), key)
+            owned = not self.allow_shared_writable
+            if owned and (why := foreign_reason(shard)) is not None:
+                raise ManifestError(f"its shard directory is {why}")
+            manifest, files = read_entry(path, read_fd(fd), key, owned=owned)
+            why = self.signature_problem("local" if base == self.root else "remote", manifest)
+            if why is not None:
+                raise ManifestError(f"signature: {why}")
         except SchemaError as exc:
             log.info("cache entry %s skipped: %s", key[:12], exc)
             return None
@@ -345,6 +390,7 @@ class DiskCache(Maintenance):
             components=components,
             compile_seconds=compile_seconds,
             meta=meta,
+            signer=self.signer,
         )
         if not (self.enabled and self.writable):
             return None
@@ -435,6 +481,7 @@ class DiskCache(Maintenance):
             return self._compile(key, create, graph_name, components, record=False)[0], "uncached"
         lock = KeyLock(self.root / "locks" / f"{key}.lock", timeout=self.lock_timeout)
         try:
+            ensure_dir(lock.path.parent)  # a locks/ symlinked after open: never create through it
             lock.acquire()
         except (LockTimeout, OSError) as exc:
             self._warn(f"cannot lock cache key {key[:12]} ({exc}); compiling uncached")
@@ -476,67 +523,7 @@ class DiskCache(Maintenance):
         self._counts["compile_seconds"] += seconds
         return files, seconds
 
-    # -- negative entries and strict mode -------------------------------------------------------
-
-    def _failure_path(self, key: str) -> Path:
-        return self.root / "failures" / f"{key}.json"
-
-    def _record_failure(
-        self, key: str, graph_name: str, components: dict[str, str], exc: Exception, secs: float
-    ) -> None:
-        text = str(exc)
-        first = text.splitlines()[0] if text else ""
-        record = {
-            "schema": 1,
-            "kind": "failure",
-            "key": key,
-            "graph_name": graph_name,
-            "components": {str(k): str(v) for k, v in components.items()},
-            "error_type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            "message": text[:20000],
-            "fingerprint": hashlib.sha256(
-                f"{type(exc).__qualname__}: {first}".encode()
-            ).hexdigest(),
-            "created": time.time(),
-            "compile_seconds": secs,
-        }
-        path = self._failure_path(key)
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
-        try:
-            ensure_dir(path.parent)  # failures/ must not be a symlink
-            tmp.write_text(json.dumps(record, indent=1))
-            os.replace(tmp, path)
-            self._counts["failures_recorded"] += 1
-        except OSError as exc2:
-            self._warn(f"cannot record compile failure for {key[:12]}: {exc2}")
-            tmp.unlink(missing_ok=True)
-
-    def failure(self, key: str) -> dict[str, Any] | None:
-        """The recorded failure of ``key`` (expired or not), or None."""
-        try:
-            record = json.loads(self._failure_path(check_key(key)).read_bytes())
-        except (OSError, ValueError):
-            return None
-        return record if isinstance(record, dict) and record.get("key") == key else None
-
-    def _clear_failure(self, key: str) -> None:
-        try:
-            self._failure_path(key).unlink()
-        except OSError:
-            pass
-
-    def _raise_if_failed(self, key: str) -> None:
-        if not self.enabled or self.retry_failed:
-            return
-        record = self.failure(key)
-        if record is None:
-            return
-        created = float(record.get("created", 0.0))
-        retry_at = created + self.failure_ttl
-        if time.time() >= retry_at:
-            return  # TTL expired: try again (a success clears the record)
-        self._counts["cached_failures_raised"] += 1
-        raise _errors().CachedCompileFailure.from_record(record, retry_at=retry_at)
+    # -- strict mode ----------------------------------------------------------------------------
 
     def _raise_miss(self, key: str, graph_name: str, components: dict[str, str]) -> None:
         raise _errors().CacheMissError.for_key(

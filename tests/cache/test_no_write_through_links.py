@@ -64,7 +64,7 @@ def test_symlinked_name_dir_gets_no_marker(tmp_path, outside):
     assert [p["key"] for p in c.verify()] == [f"names/{name_dir.name}"]
 
 
-@pytest.mark.parametrize("sub", ["quarantine", "tmp", "names", "failures", "entries"])
+@pytest.mark.parametrize("sub", ["quarantine", "tmp", "names", "failures", "entries", "locks"])
 def test_symlinked_subdir_planted_after_open_is_never_written_through(tmp_path, outside, sub):
     c = DiskCache(tmp_path / "c")
     key = key_of("sub")

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from neuron_compile.cache.manifest import entry_path
 from neuron_compile.cache.store import DiskCache
 
 from .procs import key_of, payload
@@ -93,3 +94,54 @@ def test_removing_a_symlinked_entry_never_touches_its_target(tmp_path):
     c.clear()
     assert not link.is_symlink() and outside.get(key).files() == payload(key)
     assert list((tmp_path / "c" / "tmp").iterdir()) == []
+
+
+def _hand_over(path, how: str) -> None:
+    """Make ``path`` another user's to write: chown it away (as root), or open its mode."""
+    if how == "other owner" and os.geteuid() == 0:
+        os.chown(path, 65534, 65534)
+    else:
+        path.chmod(0o777 if path.is_dir() else 0o666)
+
+
+def _remote_with_entry(tmp_path):
+    remote = tmp_path / "remote"
+    key = key_of("remote")
+    DiskCache(remote).put(key, payload(key), graph_name="g", components={})
+    remote.chmod(0o755)  # a shared tier readable by the team: only its owner writes
+    return remote, key
+
+
+@pytest.mark.parametrize("how", ["other owner", "open mode"])
+def test_remote_subdirectory_another_user_may_write_disables_the_tier(tmp_path, caplog, how):
+    remote, key = _remote_with_entry(tmp_path)
+    _hand_over(remote / "entries", how)
+    caplog.set_level(logging.WARNING, logger="neuron_compile.cache")
+    c = DiskCache(tmp_path / "local", remote=remote)
+    assert c.enabled and not c.remote_enabled and c.get(key) is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "[NC404]" in warnings[0] and "entries/" in warnings[0]
+    assert DiskCache(tmp_path / "l2", remote=remote, allow_shared_writable=True).get(key)
+
+
+@pytest.mark.parametrize("level", ["shard", "entry", "file"])
+@pytest.mark.parametrize("how", ["other owner", "open mode"])
+def test_remote_entry_another_user_may_write_is_refused_and_left_alone(tmp_path, level, how):
+    remote, key = _remote_with_entry(tmp_path)
+    entry = entry_path(remote, key)
+    _hand_over({"shard": entry.parent, "entry": entry, "file": entry / "part0.bin"}[level], how)
+    c = DiskCache(tmp_path / "local", remote=remote)
+    assert c.remote_enabled and c.get(key) is None  # a miss: neither served nor copied
+    assert not entry_path(tmp_path / "local", key).exists() and entry.exists()
+
+
+@pytest.mark.parametrize("how", ["other owner", "open mode"])
+def test_local_subdirectory_another_user_may_write_disables_the_cache(tmp_path, caplog, how):
+    root = tmp_path / "c"
+    key = key_of("local")
+    DiskCache(root).put(key, payload(key), graph_name="g", components={})
+    _hand_over(root / "entries", how)
+    caplog.set_level(logging.WARNING, logger="neuron_compile.cache")
+    c = DiskCache(root)
+    assert not c.enabled and _run(c) == "uncached"
+    assert "[NC404]" in caplog.text and "entries/" in caplog.text
