@@ -167,8 +167,10 @@ def artifact_text(artifact: bytes, form: str) -> str:
         return str(module)
 
 
-def neuronx_cc_input(text: str, artifact: bytes, form: str) -> tuple[str, bytes]:
-    """``(file name, bytes)`` handed to neuronx-cc for a graph whose artifact is ``artifact``."""
-    if form == "portable":
-        return NEURONX_CC_INPUT[form], serialize(text, "bytecode")
-    return NEURONX_CC_INPUT[form], artifact
+def neuronx_cc_input(text: str, form: str) -> tuple[str, bytes]:
+    """``(file name, bytes)`` handed to neuronx-cc for the module ``text`` in artifact ``form``.
+
+    Always serialized from the text, whose hash is the cache key's ``module`` component, never
+    taken from a cached artifact: a NEFF cannot be checked against its source once built, so what
+    neuronx-cc compiles must be bound to the key first (docs/cache-security.md)."""
+    return NEURONX_CC_INPUT[form], serialize(text, "bytecode" if form == "portable" else form)

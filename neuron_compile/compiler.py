@@ -455,9 +455,8 @@ def _compile_region(
             from .runtime import neuron as neuron_rt
 
             device = neuron_rt.available()
-            neff = neuronx_cc.neff_for_graph(
+            neff = neuronx_cc.neff_for_graph(  # from the key-bound text, not the cached artifact
                 lowered.text,
-                art,
                 [[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
                 cfg=cfg,
                 graph_name=name,

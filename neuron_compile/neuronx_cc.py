@@ -423,7 +423,6 @@ def neff_key(
 
 def neff_for_graph(
     text: str,
-    art: bytes,
     io_specs: object,
     *,
     cfg: Any,
@@ -442,7 +441,7 @@ def neff_for_graph(
     from . import artifact as artifact_mod
     from . import precompile
 
-    input_name, data = artifact_mod.neuronx_cc_input(text, art, cfg.artifact)
+    input_name, data = artifact_mod.neuronx_cc_input(text, cfg.artifact)
     exe = find_neuronx_cc()
     if exe is None:
         if device:

@@ -3,12 +3,16 @@ NEFF in the cache, negative entries, and compiler version + flags in the NEFF ke
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
 import torch
 
 import neuron_compile
 from neuron_compile import artifact as artifact_mod
 from neuron_compile import errors, neuronx_cc
+from neuron_compile.cache.memory import executable_cache
 from neuron_compile.cache.tiers import disk_cache
 from neuron_compile.config import load_config
 
@@ -154,3 +158,26 @@ def test_compile_only_compiles_the_neff_and_runs_on_cpu(double):
     (argv,) = double.calls()
     assert argv[argv.index("--target") + 1] == "trn3" and argv[argv.index("--lnc") + 1] == "1"
     assert len(neuron_compile.metrics()) == 1
+
+
+def test_neuronx_cc_compiles_the_module_text_never_a_cached_artifact(double, tmp_path):
+    """A NEFF cannot be checked against its source once built, so neuronx-cc's input is made
+    from the key-bound module text: an HLO artifact swapped under the genuine module in the
+    cache (a writer of a shared tier) is never what it compiles."""
+    cfg = {"target": "trn2", "artifact": "hlo"}
+    _run_mlp(cfg)
+    cache = disk_cache()
+    graphs = [e for e in cache.entries() if "artifact" in e.manifest["files"]]
+    neffs = [e for e in cache.entries() if e.manifest["graph_name"].endswith(".neff")]
+    (graph,), (neff,) = graphs, neffs
+    genuine = json.loads(neff.read("model.neff").split(b"\0", 1)[1])["input_ops"]
+    other = "func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n  return %a : tensor<4xf32>\n}"
+    forged = {**graph.files(), "artifact": artifact_mod.serialize(other, "hlo")}
+    shutil.rmtree(graph.path)
+    cache.put(graph.key, forged, graph_name=graph.graph_name, components=graph.components)
+    shutil.rmtree(neff.path)  # the NEFF is rebuilt from the graph entry, in a "new process":
+    executable_cache.clear()
+    _run_mlp(cfg)
+    rebuilt = [e for e in disk_cache().entries() if e.manifest["graph_name"].endswith(".neff")]
+    assert json.loads(rebuilt[0].read("model.neff").split(b"\0", 1)[1])["input_ops"] == genuine
+    assert "stablehlo.dot_general" in genuine and len(double.calls()) == 2

@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -86,8 +87,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_input(path: Path) -> str | None:
-    """None if ``path`` is a valid module for its suffix, else why not."""
+def _check_input(path: Path) -> tuple[str | None, list[str]]:
+    """``(None, its StableHLO ops)`` if ``path`` is a valid module for its suffix, else
+    ``(why not, [])``."""
     from jaxlib import _jax
     from jaxlib.mlir import ir
     from jaxlib.mlir._mlir_libs import _jax_mlir_ext
@@ -105,12 +107,13 @@ def _check_input(path: Path) -> str | None:
             stablehlo.register_dialect(ctx)
             module = ir.Module.parse(data)
             if not module.operation.verify():
-                return "module does not verify"
-            if "stablehlo." not in str(module) and "func.func" not in str(module):
-                return "not a StableHLO module"
+                return "module does not verify", []
+            text = str(module)
+            if "stablehlo." not in text and "func.func" not in text:
+                return "not a StableHLO module", []
     except Exception as e:  # jaxlib raises several types for garbage input
-        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    return None
+        return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", []
+    return None, sorted(set(re.findall(r"stablehlo\.[a-z_]+", text)))
 
 
 def main(argv: list[str]) -> int:
@@ -140,7 +143,7 @@ def main(argv: list[str]) -> int:
     if not Path(args.output).parent.is_dir():
         print(f"neuronx-cc: error: output directory of {args.output} missing", file=sys.stderr)
         return 2
-    bad = _check_input(src)
+    bad, ops = _check_input(src)
     if bad is not None:
         return _error("NCC_EVRF064", bad)
     mode = os.environ.get("NEURONX_CC_DOUBLE_MODE", "ok")
@@ -155,6 +158,7 @@ def main(argv: list[str]) -> int:
         "lnc": args.lnc,
         "optlevel": args.optlevel,
         "input_sha256": hashlib.sha256(src.read_bytes()).hexdigest(),
+        "input_ops": ops,  # what was compiled, readable by tests
     }
     Path(args.output).write_bytes(b"NEFF-DOUBLE\0" + json.dumps(header).encode())
     return 0
