@@ -66,14 +66,31 @@ def artifact_key(artifact: bytes, executor: str) -> CacheKey:
     )
 
 
-_LOC = re.compile(r"\s*loc\((?:[^()]|\([^()]*\))*\)")
+_STRING = r'"(?:[^"\\]|\\.)*"'
+
+
+def _nested(depth: int) -> str:
+    """Balanced parentheses up to ``depth`` levels, string literals skipped whole."""
+    inner = rf'(?:[^()"]|{_STRING})*'
+    for _ in range(depth - 1):
+        inner = rf'(?:[^()"]|{_STRING}|\({inner}\))*'
+    return rf"\({inner}\)"
+
+
+# A string literal is matched (and kept, as group 1) before a location can start inside it, so
+# "alloc(" or "loc(" in a string attribute is content, not a location; callsite and fused
+# locations nest up to four levels.
+_LOC = re.compile(rf"({_STRING})|\s*(?<![\w.$#-])loc{_nested(4)}")
 _LOC_ALIAS = re.compile(r"^#loc\d*\s*=.*$\n?", re.MULTILINE)
 
 
 def strip_locations(text: str) -> str:
     """Drop MLIR source locations (``loc(...)`` and ``#loc`` aliases): editing a comment above
-    the model must not invalidate a multi-hour neuronx-cc compile."""
-    return _LOC.sub("", _LOC_ALIAS.sub("", text))
+    the model must not invalidate a multi-hour neuronx-cc compile. Nothing else is dropped:
+    the result hashes to the key's ``module`` component (binding.py)."""
+    if "loc(" not in text and "#loc" not in text:  # our own lowering emits none: no regex pass
+        return text
+    return _LOC.sub(r"\1", _LOC_ALIAS.sub("", text))
 
 
 def _sha(data: bytes | str) -> str:

@@ -130,3 +130,13 @@ def test_two_processes_two_dirs_two_ranks_give_identical_keys(tmp_path):
         digests.append(json.loads(out.stdout.strip().splitlines()[-1]))
     key_mod.package_source_hash.cache_clear()  # the sources as the subprocesses read them
     assert digests[0] == digests[1] == _key().digest()  # and equal to this process's key
+
+
+def test_location_stripping_keeps_string_attributes_whole():
+    """Only locations leave the key: ``loc(``-like text in a string attribute (or "alloc(" in a
+    kernel's source) is content, and two modules that differ there must not share a key."""
+    call = 'stablehlo.custom_call @k(%a) {backend_config = "CONFIG"} : (tensor<4xf32>) -> tensor<4xf32>'
+    a, b = (call.replace("CONFIG", c) for c in ("p = alloc(4) loc(1)", "p = alloc(8) loc(2)"))
+    assert strip_locations(a) == a and strip_locations(b) == b
+    nested = a + ' loc(callsite(loc("f(1).py":1:2) at loc(fused["g":3:4, "h":5:6])))'
+    assert strip_locations(nested) == a
