@@ -20,7 +20,11 @@ The entry's key is AOTAutograd's own (Dynamo graph, input metadata, torch/functo
 configs, system) plus ``torch.compiler.config.cache_key_tag``, which we extend while our backend
 runs with a digest of the ``NeuronConfig`` and of the toolchain components of our cache keys
 (schema, this package's sources, jaxlib/torch versions, target): entries never collide with
-Inductor's (whose tag lacks it) nor between two of our configs.
+Inductor's (whose tag lacks it) nor between two of our configs. Nothing PyTorch hands
+``post_compile`` names that key, so each ``NeuronOutputCode`` records the ``frame_key``
+(aot_trust.py) of the Dynamo graph it was saved for: a digest of the graph, its arguments and our
+tag, which the loading frame recomputes (~1 ms); another frame's entry placed under this key is
+refused at load (``GraphRecord.aot_cache_refused`` says why) instead of running its graphs.
 
 AOTAutogradCache saves the entry right after the backward compiler returns, and stores our
 ``OutputCode`` itself only when ``bundled_autograd_cache`` is on at that moment; a lazily
@@ -46,13 +50,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.fx as fx
 from torch._inductor.output_code import OutputCode
 
+from .aot_trust import directory_is_ours as _directory_is_ours
+from .aot_trust import frame_key
 from .cache.fx_index import ArgSpec, arg_spec, graph_signature, signature_mismatch
 from .config import NeuronConfig
 from .lowering.lower_graph import is_effect_token
@@ -63,8 +68,10 @@ log = logging.getLogger(__name__)
 PAIR_KEY = "neuron_aot_pair"
 #: Bumped when NeuronOutputCode's pickled form changes (part of the cache key tag).
 #: 2: graphs are traced with unlifted effect tokens and entries record their ``Convention``.
-FORMAT_VERSION = 2
+#: 3: entries record the frame key of the Dynamo graph they were saved for (``frame_key``).
+FORMAT_VERSION = 3
 _TAKES_TOKENS = "graph takes lifted effect tokens (a cache hit would not pass them)"
+_UNKEYED = "the frame's Dynamo graph cannot be keyed (aot_trust.frame_key)"
 #: Config fields that only name or dump graphs (``dump_dir`` turns the cache off).
 _KEY_EXCLUDED = ("model_name", "dump_dir", "extra")
 
@@ -169,63 +176,6 @@ def enabled(cfg: NeuronConfig) -> bool:
     )
 
 
-def _directory_is_ours() -> bool:
-    """Whether PyTorch's AOTAutograd cache directory may be read: its entries are pickles, and
-    loading a pickle runs whatever code it names. So the directory (``TORCHINDUCTOR_CACHE_DIR``,
-    by default ``<tmp>/torchinductor_<user>``, which another local user can create first) and
-    everything under its ``aotautograd/`` must be ours, writable by nobody else, with no
-    symlink; otherwise the tier is skipped with one NC404 warning (warm starts still use our own
-    disk cache, which never pickles). ``NEURON_COMPILE_CACHE_ALLOW_SHARED`` does not relax this."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    root = cache_dir()
-    if root in _verified:  # once verified, no other (non-root) user can write below it
-        return True
-    why = _unsafe_pickle_tree(root)
-    if why is None:
-        _verified.add(root)
-    else:
-        if why not in _warned_unsafe:
-            _warned_unsafe.add(why)
-            log.warning(
-                "[NC404] not using PyTorch's AOTAutograd cache for warm starts: %s; frames are "
-                "traced every process (give the directory to your user only: chmod 700, or set "
-                "TORCHINDUCTOR_CACHE_DIR to a directory of your own)",
-                why,
-            )
-    return why is None
-
-
-_verified: set[str] = set()
-_warned_unsafe: set[str] = set()
-
-
-def _unsafe_pickle_tree(root: str) -> str | None:
-    """Why ``root`` or its ``aotautograd/`` subtree is not safe to unpickle from, or None."""
-    import os
-    import stat
-
-    from .cache.store import unsafe_reason
-
-    why = unsafe_reason(Path(root), allow_shared=False)
-    if why is not None:
-        return f"{root}: {why}"
-    tree = Path(root) / "aotautograd"
-    try:
-        for top, dirs, files in os.walk(tree):
-            for name in (top, *(os.path.join(top, n) for n in (*dirs, *files))):
-                st = os.lstat(name)
-                if stat.S_ISLNK(st.st_mode):
-                    return f"{name} is a symlink"
-                if st.st_uid != os.geteuid():
-                    return f"{name} is owned by uid {st.st_uid}, not by you"
-                if st.st_mode & 0o022:
-                    return f"{name} is writable by group or others"
-    except OSError as exc:
-        return f"cannot inspect {tree}: {exc}"
-    return None
-
-
 @dataclass
 class _Frame:
     """What loading needs from the ``compile_frame`` call it happens in."""
@@ -238,6 +188,15 @@ class _Frame:
     args: tuple[ArgSpec, ...] = ()
     #: Why a cache hit of this frame was refused at load ("" if none was).
     refused: str = ""
+    #: ``frame_key`` of the Dynamo graph (None: not keyed, so nothing stored nor loaded).
+    key: str | None = None
+    #: Seconds spent computing ``key``, charged to the first graph record of the frame.
+    key_s: float = 0.0
+
+    def charge_key_time(self) -> float:
+        """``key_s`` the first time, 0 afterwards."""
+        spent, self.key_s = self.key_s, 0.0
+        return spent
 
 
 _local = threading.local()
@@ -250,16 +209,23 @@ def frame(
     start: float,
     recompile: bool,
     args: Sequence[Any] = (),
+    gm: fx.GraphModule | None = None,
 ) -> Iterator[None]:
-    """Around one AOTAutograd call with our compilers: tag the cache key with our config, make
-    AOTAutogradCache store our OutputCode itself (bundled), and tell ``post_compile`` how to
-    name and record what it loads."""
+    """Around one AOTAutograd call with our compilers for the Dynamo graph ``gm``: tag the
+    cache key with our config, make AOTAutogradCache store our OutputCode itself (bundled), key
+    the frame (``frame_key``; without ``gm`` nothing is stored nor loaded), and tell
+    ``post_compile`` how to name and record what it loads."""
     import torch._functorch.config as functorch_config
 
     user_tag = torch.compiler.config.cache_key_tag
     tag = cache_tag(cfg) + (f"|{user_tag}" if user_tag else "")
     previous = getattr(_local, "frame", None)
-    _local.frame = _Frame(cfg, next_name, start, recompile, tuple(arg_spec(a) for a in args))
+    ctx = _Frame(cfg, next_name, start, recompile, tuple(arg_spec(a) for a in args))
+    if gm is not None:
+        t0 = time.perf_counter()
+        ctx.key = frame_key(gm, args, tag, cfg.artifact)
+        ctx.key_s = time.perf_counter() - t0
+    _local.frame = ctx
     try:
         with (
             torch.compiler.config.patch(cache_key_tag=tag),
@@ -285,6 +251,11 @@ def refused_reason() -> str:
 def _frame_args() -> tuple[ArgSpec, ...] | None:
     ctx: _Frame | None = getattr(_local, "frame", None)
     return ctx.args if ctx is not None else None
+
+
+def _frame_key() -> str | None:
+    ctx: _Frame | None = getattr(_local, "frame", None)
+    return ctx.key if ctx is not None else None
 
 
 @contextlib.contextmanager
@@ -322,6 +293,7 @@ class NeuronOutputCode(OutputCode):
         fx_key: str | None = None,
         node_count: int = 0,
         pending: Callable[[], Any] | None = None,
+        frame_key: str | None = None,
     ) -> None:
         super().__init__()
         self._boxed_call = True
@@ -339,6 +311,8 @@ class NeuronOutputCode(OutputCode):
         #: The graph key, checked against the FX index entry at load (None: deferred backward).
         self.graph_key: str | None = getattr(record, "cache_key", None)
         self.node_count: int = getattr(record, "node_count", node_count)
+        #: The ``frame_key`` of the Dynamo graph this was compiled for, checked at load.
+        self.frame_key = frame_key
 
     def __call__(self, args: list[Any]) -> Any:
         if self.runner is None:  # a deferred backward's first call
@@ -374,6 +348,7 @@ class NeuronOutputCode(OutputCode):
             "graph_key": self.graph_key,
             "node_count": self.node_count,
             "time_taken_ns": self._time_taken_ns,
+            "frame_key": self.frame_key,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -389,6 +364,7 @@ class NeuronOutputCode(OutputCode):
         graph_key: str | None,
         node_count: int,
         time_taken_ns: int,
+        frame_key: str | None,
     ) -> None:
         self._boxed_call = True
         self._fx_graph_cache_key = None
@@ -397,6 +373,7 @@ class NeuronOutputCode(OutputCode):
         self.runner = self.pending = None
         self.kind, self.pair, self.reason, self.convention = kind, pair, reason, convention
         self.fx_key, self.graph_key, self.node_count = fx_key, graph_key, node_count
+        self.frame_key = frame_key
 
     def post_compile(self, example_inputs: Any, constants: Any, graph_kwargs: Any) -> None:
         """A cache hit: rebuild the runner from our disk cache (raises ``AotCacheMiss``)."""
@@ -418,13 +395,20 @@ def wrap(runner: Any, gm: fx.GraphModule, kind: str, cfg: NeuronConfig) -> Neuro
     pair = gm.meta.get(PAIR_KEY)
     convention = Convention.of(gm, _frame_args())
     reason = _why_not_stored(runner, convention)
+    key = _frame_key()
+    if reason is None and key is None:
+        reason = _UNKEYED
+    ctx: _Frame | None = getattr(_local, "frame", None)
+    record = getattr(runner, "record", None)
+    if ctx is not None and record is not None:
+        record.backend_s += ctx.charge_key_time()
     if pair is not None:
         if reason is None:
             pair.fx_keys.append(runner.fx_key)
         if kind == "forward":
             link: SavedLink | None = gm.meta.get(META_KEY)
             pair.resident = tuple(link.resident) if link is not None else ()
-    return NeuronOutputCode(runner, kind, pair, reason, convention)
+    return NeuronOutputCode(runner, kind, pair, reason, convention, frame_key=key)
 
 
 def _why_not_stored(runner: Any, convention: Convention) -> str | None:
@@ -475,8 +459,11 @@ def defer(
     pair = gm.meta.get(PAIR_KEY)
     fx_key = fx_index_key(gm, cfg)
     convention = Convention.of(gm, None)
+    key = _frame_key()
     reason = None
-    if convention.tokens:
+    if key is None:
+        reason = _UNKEYED
+    elif convention.tokens:
         reason = _TAKES_TOKENS
     elif fx_key is None:
         reason = "graph has no FX index key"
@@ -496,6 +483,7 @@ def defer(
         fx_key=fx_key,
         node_count=node_count,
         pending=lambda: compile_now(fx_key),  # the key is hashed once (~15 ms on TinyGPT)
+        frame_key=key,
     )
 
 
@@ -509,10 +497,21 @@ def _load(code: NeuronOutputCode, loaded_with: Sequence[Any]) -> Any:
     ctx: _Frame | None = getattr(_local, "frame", None)
     if ctx is None:
         raise AotCacheMiss("loaded outside neuron_compile's backend")
+    t0 = time.perf_counter()
+    if ctx.key is None or code.frame_key != ctx.key:
+        # Another frame's entry under this frame's AOTAutograd key (planted, or copied): its
+        # graphs would compute the other model's results. Refused, AOTAutograd traces.
+        ctx.refused = f"{code.kind} graph: " + (
+            _UNKEYED
+            if ctx.key is None
+            else f"the entry was saved for another frame (frame key "
+            f"{str(code.frame_key)[:12]}, not this frame's {ctx.key[:12]})"
+        )
+        log.info("AOTAutograd cache entry refused at load (%s); tracing", ctx.refused)
+        raise AotCacheMiss(ctx.refused)
     disk = disk_cache()
     if disk is None:
         raise AotCacheMiss("the neuron_compile disk cache is off")
-    t0 = time.perf_counter()
     keys = code.pair.fx_keys if code.pair is not None and code.kind == "forward" else []
     for key in {code.fx_key, *keys}:  # the forward checks the backward's entry before loading
         if disk.get(key, count=False) is None:
@@ -552,7 +551,7 @@ def _load(code: NeuronOutputCode, loaded_with: Sequence[Any]) -> Any:
         elif code.kind == "backward":
             runner.read_saved_from(SavedLink(code.pair.num_fwd_outputs, code.pair.resident))
     _warn_downcasts(name, record.downcasts, ctx.cfg)
-    record.backend_s = time.perf_counter() - t0
+    record.backend_s = time.perf_counter() - t0 + ctx.charge_key_time()
     add_record(record)
     log.debug("graph %s loaded through the AOTAutograd cache", name)
     return runner

@@ -206,7 +206,7 @@ def compile_frame(
 
         route_sdpa(gm)
     scope = (
-        aot_cache.frame(cfg, next_name, start, recompile, example_inputs)
+        aot_cache.frame(cfg, next_name, start, recompile, example_inputs, gm=gm)
         if cached
         else contextlib.nullcontext()
     )
