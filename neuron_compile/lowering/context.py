@@ -36,11 +36,27 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
     return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
 
 
-def _promotion_stand_in(arg: Value | Scalar) -> torch.Tensor | Scalar:
-    # elementwise_dtypes only looks at dtype and whether a tensor is 0-d.
+def _promotion_stand_in(arg: Value | torch.Tensor | Scalar) -> torch.Tensor | Scalar:
+    # elementwise_dtypes only looks at dtype and whether a tensor is 0-d (a tensor, fake or
+    # traced, passes as it is: making a stand-in would record an op in a traced graph).
     if isinstance(arg, Value):
         return torch.empty((1,) * min(arg.rank, 1), dtype=arg.dtype)
     return arg
+
+
+def promote_types(
+    *args: Value | torch.Tensor | Scalar,
+    kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
+) -> tuple[torch.dtype, torch.dtype]:
+    """``(computation dtype, result dtype)`` of an elementwise op over ``args`` (lowering
+    ``Value``s, tensors or Python numbers), by PyTorch's own rules: a 0-d tensor or a number
+    only raises the category (int -> float), a dimensioned tensor sets the width.
+
+    The one place promotion is decided: ``LoweringContext.promote`` for rules, and the
+    promoting decompositions (``neuron_compile/promoting_decompositions.py``) for ATen ops
+    whose PyTorch decomposition does not promote as eager's kernel does.
+    """
+    return elementwise_dtypes(*[_promotion_stand_in(a) for a in args], type_promotion_kind=kind)
 
 
 @dataclass
@@ -72,10 +88,7 @@ class LoweringContext:
         kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
     ) -> torch.dtype:
         """PyTorch's computation dtype for an elementwise op over ``args``."""
-        compute, _ = elementwise_dtypes(
-            *[_promotion_stand_in(a) for a in args], type_promotion_kind=kind
-        )
-        return canonical_dtype(compute)
+        return canonical_dtype(promote_types(*args, kind=kind)[0])
 
     def promote(
         self,

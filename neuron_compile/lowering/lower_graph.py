@@ -150,6 +150,26 @@ def _computes_float64(node: fx.Node) -> bool:
     return not any(_is_float64(arg.meta.get("val")) for arg in node.all_input_nodes)
 
 
+def _empty_result(node: fx.Node) -> TensorType | None:
+    """The type of ``node``'s result when it is one tensor without elements, else None.
+
+    Such a result has no values, only the shape and dtype the graph's metadata (eager's meta
+    kernel) gives it, so it lowers to an empty constant of that type whatever the op. Rules then
+    never see zero-size edge cases where eager's shape rules are peculiar: ``_trilinear`` makes
+    a dimension every input expands of size 0, not 1; ``unfold(0, 0, 1)`` of a 0-d tensor is a
+    ``(0,)`` tensor. Random ops keep their rules (they thread the seed through the graph), and
+    so do effectful ones: a collective on an empty tensor is still a collective, never dropped.
+    """
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.numel() != 0:
+        return None
+    from ..passes.effects import has_effects, is_random, mutates  # lazy: passes import lowering
+
+    if is_random(node) or has_effects(node) or mutates(node):
+        return None
+    return tensor_type(val)
+
+
 def lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
     """Lower one ``call_function`` node whose inputs are already in ``env``."""
     if node.target is operator.getitem:
@@ -164,6 +184,9 @@ def lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
             hint="rewrite the model to avoid the op, or report it so a lowering can be added "
             "(CPU fallback for unsupported ops is tracked in the op-coverage issue)",
         )
+    empty = _empty_result(node)
+    if empty is not None:
+        return emitter.full(0, empty.shape, empty.dtype)
     args = fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
     ctx = LoweringContext(emitter, node)

@@ -29,7 +29,7 @@ from pathlib import Path
 import jax
 import torch
 
-from . import harness, opinfo, report, warm
+from . import harness, opinfo, promotion, report, warm
 
 
 def _progress(enabled: bool):
@@ -89,12 +89,21 @@ def main(argv: list[str] | None = None) -> int:
         help="with --warm: an empty directory for both caches and the runs' JSONL (default: "
         "a temporary directory, removed afterwards)",
     )
+    p.add_argument(
+        "--promotion",
+        action="store_true",
+        help="run the mixed-dtype samples instead (promotion.py): binary ops and backward ops "
+        "over a grad and an input with operands of different dtypes",
+    )
     # A --warm child process: run the selection from entry N, appending JSON lines to PATH.
     p.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--probe-start", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if not args.verbose:
         _quiet_torch_logs()
+
+    if args.promotion:
+        return promotion.main()
 
     started = time.perf_counter()
     warm_run = None

@@ -230,6 +230,7 @@ def _lower_div_mode(ctx: LoweringContext, a, b, rounding_mode=None) -> Value:
     e = ctx.emit
     if rounding_mode is None:
         return _arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
+    b_in = b
     a, b = ctx.promote(a, b)  # ints stay ints; bf16/f16 come back as their float32 opmath
     if not a.dtype.is_floating_point:
         q = e.binary("divide", a, b)  # integer divide truncates
@@ -245,9 +246,19 @@ def _lower_div_mode(ctx: LoweringContext, a, b, rounding_mode=None) -> Value:
 
     # Floats: eager rounds a bf16/f16 quotient to its dtype before truncating or flooring it
     # (1076.66 -> 1080 -> 1080, not 1076). Compute in float32 with an explicit rounding step:
-    # XLA would fold a bf16 -> f32 -> bf16 convert pair and skip that rounding.
+    # XLA would fold a bf16 -> f32 -> bf16 convert pair and skip that rounding. Except when the
+    # divisor is one number broadcast over the whole result (a Python scalar, a 0-d or one-element
+    # tensor): eager's kernel then takes the divisor's original value in float32 and computes
+    # the whole quotient in float32 (BinaryOpsKernel.cpp, ``iter.is_scalar(2)``), so there is no
+    # rounding step, and ``promote`` above already gave the divisor in float32 unrounded.
+    scalar_divisor = not isinstance(b_in, Value) or math.prod(b_in.shape) == 1
+    # XLA rewrites a division by a constant into a multiplication by its reciprocal, which is
+    # off by an ulp often enough to move a quotient across an integer (x / -0.3 truncated):
+    # the barrier hides the divisor's value from that rewrite.
+    b = e.op1("optimization_barrier", [b], b.type)
+
     def rounded(v: Value) -> Value:
-        return e.round_to_precision(v, ctx.out_dtype)
+        return v if scalar_divisor else e.round_to_precision(v, ctx.out_dtype)
 
     if rounding_mode == "floor":
         q = _div_floor_float(ctx, a, b, rounded)
