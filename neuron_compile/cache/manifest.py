@@ -230,11 +230,12 @@ def write_entry(tmp: Path, manifest: dict[str, Any], files: dict[str, bytes]) ->
     dirs = {tmp}
     for name, data in files.items():
         target = tmp / name
-        if target.parent not in dirs:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            dirs.add(target.parent)
+        for parent in reversed(target.relative_to(tmp).parents[:-1]):
+            if tmp / parent not in dirs:  # modes explicit: a umask of 002 must not make them
+                os.mkdir(tmp / parent, 0o755)  # group-writable, which readers refuse
+                dirs.add(tmp / parent)
         _write_file(target, data)
-    (tmp / ACCESS).touch()
+    _write_file(tmp / ACCESS, b"")
     _write_file(tmp / MANIFEST, dump_manifest(manifest))  # last: its presence marks completion
     for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
         fsync_dir(d)

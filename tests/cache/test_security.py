@@ -145,3 +145,18 @@ def test_local_subdirectory_another_user_may_write_disables_the_cache(tmp_path, 
     c = DiskCache(root)
     assert not c.enabled and _run(c) == "uncached"
     assert "[NC404]" in caplog.text and "entries/" in caplog.text
+
+
+def test_entries_written_under_a_group_writable_umask_are_still_ours(tmp_path):
+    """Ownership checks refuse group-writable entry files: the store must never write one,
+    whatever the umask (002 is common where every user has a private group)."""
+    key = key_of("umask")
+    files = {**payload(key), "nki/kernels/k.py": b"pass\n"}
+    old = os.umask(0o002)
+    try:
+        c = DiskCache(tmp_path / "c")
+        c.put(key, files, graph_name="g", components={})
+    finally:
+        os.umask(old)
+    assert DiskCache(tmp_path / "c").get(key).files() == files
+    assert DiskCache(tmp_path / "c").verify() == []
