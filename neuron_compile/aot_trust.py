@@ -61,6 +61,9 @@ def unsafe_pickle_tree(root: str) -> str | None:
     if why is not None:
         return f"{root}: {why}"
     tree = Path(root) / "aotautograd"
+    # Below a root only we can enter (PyTorch writes with the umask: 002 makes files group-
+    # writable), modes cannot let anyone else in; owners and links still count.
+    private = os.stat(root).st_mode & 0o077 == 0
     try:
         for top, dirs, files in os.walk(tree):
             for name in (top, *(os.path.join(top, n) for n in (*dirs, *files))):
@@ -69,7 +72,7 @@ def unsafe_pickle_tree(root: str) -> str | None:
                     return f"{name} is a symlink"
                 if st.st_uid != os.geteuid():
                     return f"{name} is owned by uid {st.st_uid}, not by you"
-                if st.st_mode & 0o022:
+                if st.st_mode & 0o022 and not private:
                     return f"{name} is writable by group or others"
     except OSError as exc:
         return f"cannot inspect {tree}: {exc}"

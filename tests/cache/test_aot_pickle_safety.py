@@ -79,9 +79,23 @@ def test_a_subdirectory_others_can_write_is_never_unpickled(cold, tmp_path):
     marker = tmp_path / "payload-ran"
     _plant(cache, marker)
     entry_dir = next(p for p in (cache / "torch" / "aotautograd").iterdir() if p.is_dir())
-    os.chmod(entry_dir, 0o777)
+    os.chmod(cache / "torch", 0o755)  # others can enter the root...
+    os.chmod(entry_dir, 0o777)  # ...and write below it
     run, stderr = _run(cache)
     assert not marker.exists() and "NC404" in stderr
+    assert (run["loss"], run["grad"]) == (first["loss"], first["grad"])
+
+
+def test_group_writable_files_below_a_private_root_are_still_ours(cold, tmp_path):
+    """PyTorch writes with the umask (002 makes group-writable files); below a root only we
+    can enter, nobody else can reach them, so the tier stays in use."""
+    cache, first = cold
+    os.chmod(cache / "torch", 0o700)
+    for top, dirs, files in os.walk(cache / "torch" / "aotautograd"):
+        for name in (*dirs, *files):
+            os.chmod(os.path.join(top, name), 0o775 if name in dirs else 0o664)
+    run, stderr = _run(cache)
+    assert "NC404" not in stderr and run["hit"] == 1
     assert (run["loss"], run["grad"]) == (first["loss"], first["grad"])
 
 
