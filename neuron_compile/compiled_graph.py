@@ -52,14 +52,14 @@ class _OutputPlan:
 
     def __init__(
         self,
-        plan: Sequence[tuple[str, int, Any, Any]],
+        plan: Sequence[tuple[str, int, Any, Any, tuple[int, ...] | None]],
         num_results: int,
         num_inputs: int,
         export: list[int] | None,
         num_saved: int = 0,
     ) -> None:
         self.export = export  # results the executor returns as tensors (None: all)
-        consts = [value for kind, _, _, value in plan if kind == "const"]
+        consts = [value for kind, _, _, value, _ in plan if kind == "const"]
         self.tail = [None, *consts]
         none_at = num_results + num_inputs
         token_at = none_at + len(self.tail)
@@ -69,11 +69,15 @@ class _OutputPlan:
         # policy), by result index: a result in two output slots is converted once, so both
         # slots hold the same tensor, as they would in eager.
         converts: dict[int, torch.dtype] = {}
-        for kind, index, dtype, value in plan:
+        # Results eager lays out otherwise than contiguously (OutputSpec.stride), by index.
+        restrides: dict[int, tuple[int, ...]] = {}
+        for kind, index, dtype, value, stride in plan:
             if kind == "result":
                 where.append(index)
                 if canonical_dtype(dtype) != dtype:
                     converts[index] = dtype
+                if stride is not None:
+                    restrides[index] = stride
             elif kind == "input":
                 where.append(num_results + inputs)
                 inputs += 1
@@ -86,6 +90,7 @@ class _OutputPlan:
                 where.append(token_at)
                 scatter[value] = index
         self.converts = list(converts.items())
+        self.restrides = list(restrides.items())
         self.scatter = gather(scatter) if num_saved else None
         self.outputs = gather(where)
 
@@ -95,6 +100,10 @@ class _OutputPlan:
             r = results[index]
             if r.dtype != dtype:
                 results[index] = r.to(dtype)
+        for index, stride in self.restrides:  # one copy, as eager's kernel would have written
+            r = results[index]
+            if r.stride() != stride:
+                results[index] = torch.empty_strided(r.shape, stride, dtype=r.dtype).copy_(r)
         src = results + inputs + self.tail
         if self.scatter is not None:
             src.append(token_holding(list(self.scatter(src))))
@@ -217,7 +226,7 @@ class CompiledGraph:
         self._passthrough_args = gather(self._passthrough)
         # How outputs are rebuilt from the results, on every path.
         self._plain_out = _OutputPlan(
-            [(o.kind, o.index, o.dtype, o.value) for o in lowered.outputs],
+            [(o.kind, o.index, o.dtype, o.value, o.stride) for o in lowered.outputs],
             lowered.num_results,
             len(self._passthrough),
             None,
@@ -244,14 +253,14 @@ class CompiledGraph:
         num_saved = len(outputs) - link.num_fwd_outputs
         user_results = {o.index for o in outputs[: link.num_fwd_outputs] if o.kind == "result"}
         resident = []
-        plan = [(o.kind, o.index, o.dtype, o.value) for o in outputs]
+        plan = [(o.kind, o.index, o.dtype, o.value, o.stride) for o in outputs]
         keep = [False] * self.lowered.num_results
         for pos in range(link.num_fwd_outputs, len(outputs)):
             o = outputs[pos]
             if o.kind == "result" and o.index not in user_results:
                 keep[o.index] = True  # a value saved twice is one array behind both slots
                 resident.append(pos - link.num_fwd_outputs)
-                plan[pos] = ("saved", o.index, o.dtype, pos - link.num_fwd_outputs)
+                plan[pos] = ("saved", o.index, o.dtype, pos - link.num_fwd_outputs, None)
         if not resident:
             return
         link.resident = tuple(resident)

@@ -102,7 +102,8 @@ def dump_index(key: CacheKey, lowered: LoweredGraph) -> bytes | None:
     for o in lowered.outputs:
         if not isinstance(o.value, _JSON_SCALARS):
             return None
-        outputs.append([o.kind, o.index, str(o.dtype) if o.dtype else None, o.value])
+        stride = list(o.stride) if o.stride is not None else None
+        outputs.append([o.kind, o.index, str(o.dtype) if o.dtype else None, o.value, stride])
     payload = {
         "graph_key": [list(p) for p in key.parts],
         "text": lowered.text,
@@ -129,7 +130,10 @@ def load_index(data: bytes) -> tuple[CacheKey, LoweredGraph]:
         InputSpec(int(i), str(n), tuple(shape), _dtype(dt), _dtype(adt), attr)
         for i, n, shape, dt, adt, attr in d["inputs"]
     ]
-    outputs = [OutputSpec(k, int(i), _dtype(dt), v) for k, i, dt, v in d["outputs"]]
+    outputs = [
+        OutputSpec(k, int(i), _dtype(dt), v, tuple(st) if st is not None else None)
+        for k, i, dt, v, st in d["outputs"]
+    ]
     lowered = LoweredGraph(d["text"], inputs, outputs, int(d["num_results"]), list(d["downcasts"]))
     derived = graph_key(
         lowered.text,

@@ -92,6 +92,10 @@ class OutputSpec:
     index: int = -1  # result index into @main's results, or graph-input index
     dtype: torch.dtype | None = None  # the dtype the caller expects (results only)
     value: Any = None  # kind == "const"
+    #: Eager's strides of a result when they are not its shape's contiguous ones (a permuted
+    #: input's layout kept by elementwise ops, channels_last): the caller gets them, or the next
+    #: compiled frame's stride guards fail and Dynamo recompiles it.
+    stride: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -292,6 +296,14 @@ def lower_graph(
     raise LoweringError("graph has no output node", hint=BUG_HINT)
 
 
+def _layout(val: torch.Tensor) -> tuple[int, ...] | None:
+    """``val``'s strides when a caller can tell them from contiguous ones, else None."""
+    stride = val.stride()
+    if val.numel() <= 1 or not all(isinstance(s, int) for s in (*stride, *val.shape)):
+        return None
+    return None if val.is_contiguous() else tuple(stride)
+
+
 def _plan_outputs(
     node: fx.Node, env: dict[fx.Node, Any], placeholder_index: dict[fx.Node, int]
 ) -> tuple[list[OutputSpec], list[Value]]:
@@ -318,7 +330,7 @@ def _plan_outputs(
             if out not in result_of:
                 result_of[out] = len(results)
                 results.append(env[out])
-            specs.append(OutputSpec("result", result_of[out], val.dtype))
+            specs.append(OutputSpec("result", result_of[out], val.dtype, stride=_layout(val)))
         else:
             specs.append(OutputSpec("const", value=out))
     return specs, results

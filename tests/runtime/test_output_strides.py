@@ -1,0 +1,63 @@
+"""Compiled outputs carry eager's strides (OutputSpec.stride), as Inductor's do: a permuted
+input's layout kept by elementwise ops, channels_last convolutions. With contiguous outputs the
+values agreed, but the next compiled frame's stride guards failed and Dynamo recompiled it."""
+
+from __future__ import annotations
+
+import torch
+from torch._dynamo.utils import counters
+
+from neuron_compile.cache.fx_index import dump_index, load_index
+from neuron_compile.cache.key import graph_key
+from neuron_compile.lowering.lower_graph import lower_graph
+from tests.helpers import trace_aten
+
+
+def _gelu2(x):
+    return torch.nn.functional.gelu(x) * 2.0
+
+
+def _permuted() -> torch.Tensor:
+    torch.manual_seed(0)
+    return torch.randn(2, 64, 32).permute(0, 2, 1)
+
+
+def test_a_permuted_input_keeps_its_layout():
+    x = _permuted()
+    out = torch.compile(_gelu2, backend="neuron")(x)
+    assert out.stride() == _gelu2(x).stride() == (2048, 1, 32)
+    torch.testing.assert_close(out, _gelu2(x))
+
+
+def test_channels_last_convolution_stays_channels_last():
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(3, 8, 3).to(memory_format=torch.channels_last)
+    x = torch.randn(2, 3, 16, 16).to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        out = torch.compile(conv, backend="neuron")(x)
+        eager = conv(x)
+    assert out.stride() == eager.stride() and out.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(out, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_the_next_compiled_frame_is_not_recompiled():
+    """A frame compiled on eager's layout accepts our output without a stride-guard miss."""
+    x = _permuted()
+    consumer = torch.compile(lambda t: t.sum(dim=1) + 1.0, backend="neuron")
+    consumer(_gelu2(x))  # compiled for eager's layout
+    frames = counters["stats"]["unique_graphs"]
+    consumer(torch.compile(_gelu2, backend="neuron")(x))
+    assert counters["stats"]["unique_graphs"] == frames + 1  # only the producer's frame
+
+
+def test_the_fx_index_carries_output_strides():
+    gm = trace_aten(_gelu2, _permuted())
+    lowered = lower_graph(gm)
+    assert [o.stride for o in lowered.outputs] == [(2048, 1, 32)]
+    key = graph_key(
+        lowered.text,
+        io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
+        artifact_form="portable",
+    )
+    _, loaded = load_index(dump_index(key, lowered))
+    assert loaded.outputs == lowered.outputs
