@@ -29,6 +29,7 @@ and are reported next to ours, never instead of them.
 | NC506 | IndexRangeViolation | trn legality: static gather/scatter index out of range (EVRF056/031) |
 | NC507 | HbmViolation        | trn legality: estimated HBM footprint > one core (EOOM001)     |
 | NC508 | GraphSizeViolation  | trn legality: graph-size proxy over the instruction limit (EBVF030) |
+| NC509 | RngAlgorithmViolation | trn legality: RngBitGenerator with a non-default algorithm (EVRF006) |
 | NC521 | NeuronxCcNotFound   | a trn target needs neuronx-cc (PATH / NEURON_COMPILE_NEURONX_CC) |
 | NC522 | NeuronxCcError      | neuronx-cc failed; fields ``ncc_code`` and ``triage``          |
 | NC523 | NeuronxCcTimeout    | neuronx-cc exceeded NEURON_COMPILE_NEURONX_CC_TIMEOUT          |
@@ -277,6 +278,10 @@ class HbmViolation(LegalityError):
 
 class GraphSizeViolation(LegalityError):
     code = "NC508"
+
+
+class RngAlgorithmViolation(LegalityError):
+    code = "NC509"
 
 
 class NeuronxCcNotFound(NeuronCompileError):

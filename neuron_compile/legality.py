@@ -4,7 +4,7 @@ Runs on every graph (or compiled region) bound for a trn target, after lowering,
 graph (dtypes, shapes, static index values, sizes: the node and the user's line are at hand) and
 the emitted StableHLO (types and custom-call targets that reach the compiler). Each rule maps a
 violation to the neuronx-cc error it pre-empts (``/work/shared/reference/trainium-nki.md`` §5, §6)
-and raises a coded ``LegalityError`` subclass (NC501-NC508) with ``ncc_code``, ``target``,
+and raises a coded ``LegalityError`` subclass (NC501-NC509) with ``ncc_code``, ``target``,
 ``rule``, the FX node and the user's source line.
 
 Requires: ``gm`` lowered to ``lowered`` (every call_function node carries ``meta["val"]``).
@@ -45,6 +45,9 @@ HINTS = {
     "index_range": "the index is out of range of the indexed dim (e.g. a sequence longer than "
     "the position-embedding table): shorten the input or grow the table",
     "hbm": "use a smaller bucket/batch, LNC=2, or shard the model",
+    "rng_algorithm": "neuronx-cc accepts only RNG_DEFAULT; neuron-compile's random ops use "
+    "in-module Threefry arithmetic instead (lowering/stablehlo/random.py), so this is a lowering "
+    "bug unless the module was written by hand",
     "graph_size": "split the graph (torch.compiler.disable a module boundary) or use smaller shapes",
 }
 
@@ -469,6 +472,30 @@ def check_graph_size(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
         )
 
 
+_RNG_BIT_GENERATOR = re.compile(r"rng_bit_generator\b")
+_RNG_ALGORITHM = re.compile(r"algorithm\s*=\s*(?:#stablehlo<rng_algorithm\s*)?(\w+)")
+
+
+def check_rng_algorithm(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
+    """RngBitGenerator only with the default algorithm (EVRF006): THREE_FRY and PHILOX are
+    rejected, in either the generic (``rng_algorithm = #stablehlo<rng_algorithm X>``) or the
+    pretty (``algorithm = X``) form."""
+    for lineno, line in enumerate(lowered.text.splitlines(), 1):
+        if not _RNG_BIT_GENERATOR.search(line):
+            continue
+        m = _RNG_ALGORITHM.search(line)
+        algorithm = m.group(1) if m else "<missing>"
+        if algorithm != "DEFAULT":
+            yield Violation(
+                "rng_algorithm",
+                errors.RngAlgorithmViolation,
+                "NCC_EVRF006",
+                f"RngBitGenerator with algorithm {algorithm} (neuronx-cc accepts only "
+                f"RNG_DEFAULT): {line.strip()[:120]}",
+                lowered.node_at_line(lineno),
+            )
+
+
 #: The rules, in the order their violations are reported. Cheap FX checks first.
 RULES: tuple[Rule, ...] = (
     check_static_shapes,
@@ -476,6 +503,7 @@ RULES: tuple[Rule, ...] = (
     check_int64,
     check_integer_datapath,
     check_custom_calls,
+    check_rng_algorithm,
     check_index_range,
     check_hbm,
     check_graph_size,
@@ -504,7 +532,7 @@ def check_legality(
     flags: str = "",
     graph_name: str = "",
 ) -> None:
-    """Raise the first violation (NC501-NC508) of ``gm`` for ``target``; return if legal."""
+    """Raise the first violation (NC501-NC509) of ``gm`` for ``target``; return if legal."""
     found = find_violations(gm, lowered, target, lnc=lnc, flags=flags)
     if not found:
         return

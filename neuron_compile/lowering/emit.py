@@ -149,7 +149,7 @@ class Emitter:
         #: emitted body line index -> FX node being lowered when it was emitted (for error reports)
         self.line_nodes: dict[int, fx.Node | None] = {}
         self.current_node: fx.Node | None = None
-        #: RNG: the seed argument's position in ``args`` and the state threaded through random ops
+        #: RNG: the seed argument's position in ``args`` and the graph's Threefry key derived from it
         self.rng_arg_index: int | None = None
         self.rng_state: Value | None = None
         #: True: ops that stand for a neuronx-cc kernel become its custom call (the module for

@@ -46,6 +46,7 @@ RULES = {
     "NC506": ("IndexRangeViolation", "trn legality: static gather/scatter index out of range"),
     "NC507": ("HbmViolation", "trn legality: estimated HBM footprint over one core"),
     "NC508": ("GraphSizeViolation", "trn legality: graph over the instruction limit"),
+    "NC509": ("RngAlgorithmViolation", "trn legality: RngBitGenerator not RNG_DEFAULT"),
     "NC521": ("NeuronxCcNotFound", "a trn target needs neuronx-cc"),
     "NC522": ("NeuronxCcError", "neuronx-cc failed (NCC_ code triaged in the report)"),
     "NC523": ("NeuronxCcTimeout", "neuronx-cc timed out"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from neuron_compile import errors
+from neuron_compile import artifact, errors
 from neuron_compile.legality import check_legality, estimate_hbm_bytes, find_violations
 from neuron_compile.lowering import lower_graph
 from neuron_compile.lowering.lower_graph import LoweredGraph
@@ -104,6 +104,38 @@ def test_custom_call_targets_ehca005():
     )
     assert _codes(gm, bad) == [("NC505", "NCC_EHCA005")]
     assert _codes(gm, good) == []
+
+
+def _rng_module(algorithm: str, state: str) -> str:
+    """A hand-written, verified module drawing 8 words from RngBitGenerator (generic form, as
+    our lowering emitted it before Threefry moved into plain ui32 arithmetic)."""
+    text = f"""module @neuron_graph {{
+  func.func public @main(%arg0: tensor<{state}>) -> (tensor<8xui32>) {{
+    %m1:2 = "stablehlo.rng_bit_generator"(%arg0) {{rng_algorithm = #stablehlo<rng_algorithm \
+{algorithm}>}} : (tensor<{state}>) -> (tensor<{state}>, tensor<8xui32>)
+    return %m1#1 : tensor<8xui32>
+  }}
+}}
+"""
+    artifact.verify(text)
+    return text
+
+
+@pytest.mark.parametrize(
+    "algorithm, state, codes",
+    [
+        ("THREE_FRY", "2xui64", [("NC503", "NCC_EVRF062"), ("NC509", "NCC_EVRF006")]),
+        ("PHILOX", "3xui64", [("NC503", "NCC_EVRF062"), ("NC509", "NCC_EVRF006")]),
+        ("DEFAULT", "2xui64", [("NC503", "NCC_EVRF062")]),  # ui64 state: still 64-bit
+        ("DEFAULT", "4xui32", []),
+    ],
+)
+def test_rng_bit_generator_non_default_evrf006_and_ui64_state_evrf062(algorithm, state, codes):
+    gm = _fx(lambda x: x + 1, torch.ones(4))
+    text = _rng_module(algorithm, state)
+    assert _codes(gm, _text(text)) == codes
+    assert _codes(gm, _text(artifact.pretty(text))) == codes  # `algorithm = X` form too
+    assert _codes(gm, _text(text), target=TRN3) == codes
 
 
 def test_gather_index_range_evrf056():

@@ -3,70 +3,170 @@
 Randomness is threaded, not hidden: a graph with random ops takes one extra ``int32[4]`` seed
 argument, which the runtime draws from PyTorch's default generator on every call. So
 ``torch.manual_seed(s)`` makes compiled training reproducible run to run, while the bits differ
-from eager's (a different generator: StableHLO ``rng_bit_generator`` with Threefry). The state is
-chained from one random op to the next inside the graph, so no two ops share bits.
+from eager's (a different generator).
+
+The generator is counter-based Threefry-2x32 (20 rounds, Salmon et al. 2011, as ``jax.random``
+computes it), written in plain 32-bit integer StableHLO (add, xor, shifts, or): no
+``rng_bit_generator``, no 64-bit state. neuronx-cc rejects a non-default RngBitGenerator
+(NCC_EVRF006) and our legality rules reject the ui64 state Threefry needs there, so this form is
+what every target gets, and a dropout mask computed on the XLA CPU executor is bit for bit the
+one a trn target computes from the same seed.
+
+Streams: the seed's four words ``s0..s3`` give the graph's key ``K = threefry((s0, s1), (s2,
+s3))``, once per graph. Random op number ``d`` of the graph (in emission order) draws word pairs
+``threefry(K, (d, i))`` for ``i = 0, 1, ...``; so no two ops, and no two elements, share a
+counter, and no state is chained from op to op.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Sequence
 
 import torch
 
+from ...errors import LoweringError
 from ..context import LoweringContext
-from ..emit import TensorType, Value
+from ..emit import Emitter, TensorType, Value
 from ..registry import FLOATS, dtypes_in, lowering
 
 aten = torch.ops.aten
 floats = dtypes_in(*FLOATS, torch.bool)
-SEED_SHAPE = (4,)  # int32[4], bitcast to the uint64[2] Threefry state
+SEED_SHAPE = (4,)  # int32[4]: Threefry key (s0, s1) and counter (s2, s3) of the graph key
+U32 = torch.uint32
+
+#: Threefry-2x32 rotation distances, alternating every four rounds (Random123 / jax.random).
+ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+#: Threefry's key-schedule parity constant for 32-bit words (Random123's SKEIN_KS_PARITY32).
+KEY_PARITY = 0x1BD11BDA
+
+#: Random ops drawn so far per emitter (the ``d`` of the streams above).
+_draws: weakref.WeakKeyDictionary[Emitter, int] = weakref.WeakKeyDictionary()
 
 
-def _state(ctx: LoweringContext) -> Value:
+class _Consts:
+    """Splat ui32 constants of one shape, emitted once each."""
+
+    def __init__(self, e: Emitter, shape: tuple[int, ...]) -> None:
+        self.e, self.shape = e, shape
+        self.cache: dict[int, Value] = {}
+
+    def __call__(self, value: int) -> Value:
+        if value not in self.cache:
+            self.cache[value] = self.e.full(value, self.shape, U32)
+        return self.cache[value]
+
+
+def threefry2x32(
+    e: Emitter, key: tuple[Value, Value], x: tuple[Value, Value]
+) -> tuple[Value, Value]:
+    """Threefry-2x32 with 20 rounds of the ui32 word pairs ``x`` under ``key``.
+
+    ``key`` words are rank-0 ui32 values; ``x`` words share one ui32 shape. Matches
+    ``jax.random``'s ``threefry_2x32`` word for word (the known-answer vectors of Random123 are in
+    ``tests/lowering/test_random.py``)."""
+    shape = x[0].shape
+    scalar = _Consts(e, ())
+    const = _Consts(e, shape)
+    k0, k1 = key
+    ks = (k0, k1, e.binary("xor", e.binary("xor", k0, k1), scalar(KEY_PARITY)))
+
+    def splat(k: Value, plus: int = 0) -> Value:
+        if plus:
+            k = e.binary("add", k, scalar(plus))
+        return e.broadcast_in_dim(k, shape, ())
+
+    x0 = e.binary("add", x[0], splat(ks[0]))
+    x1 = e.binary("add", x[1], splat(ks[1]))
+    for j in range(1, 6):
+        for r in ROTATIONS[(j - 1) % 2]:
+            x0 = e.binary("add", x0, x1)
+            rotated = e.binary(
+                "or",
+                e.binary("shift_left", x1, const(r)),
+                e.binary("shift_right_logical", x1, const(32 - r)),
+            )
+            x1 = e.binary("xor", x0, rotated)
+        # key injection j: words j and j+1 of the schedule, plus the injection count
+        x0 = e.binary("add", x0, splat(ks[j % 3]))
+        x1 = e.binary("add", x1, splat(ks[(j + 1) % 3], j))
+    return x0, x1
+
+
+def _word(e: Emitter, words: Value, i: int) -> Value:
+    return e.reshape(e.slice(words, [i], [i + 1], [1]), ())
+
+
+def _graph_key(ctx: LoweringContext) -> tuple[Value, Value]:
+    """The graph's Threefry key, derived from the seed argument (added on first use)."""
     e = ctx.emit
     if e.rng_state is None:
         e.rng_arg_index = len(e.args)
-        seed = e.arg(TensorType(SEED_SHAPE, torch.int32))
-        pairs = e.reshape(seed, (2, 2))
-        e.rng_state = e.op1("bitcast_convert", [pairs], TensorType((2,), torch.uint64))
-    return e.rng_state
+        seed = e.bitcast_convert(e.arg(TensorType(SEED_SHAPE, torch.int32)), U32)
+        s = [_word(e, seed, i) for i in range(4)]
+        k0, k1 = threefry2x32(e, (s[0], s[1]), (s[2], s[3]))
+        e.rng_state = e.concatenate([e.reshape(k0, (1,)), e.reshape(k1, (1,))], 0)
+    return _word(e, e.rng_state, 0), _word(e, e.rng_state, 1)
+
+
+def random_words(ctx: LoweringContext, n: int) -> tuple[Value, Value]:
+    """Two ``ui32[n]`` vectors of independent random words: the next random op's stream."""
+    e = ctx.emit
+    if n >= 2**32:
+        raise LoweringError(
+            f"a random op of {n:,} word pairs overflows the 32-bit Threefry counter",
+            node=ctx.node,
+            hint="draw random numbers in smaller pieces",
+        )
+    key = _graph_key(ctx)
+    draw = _draws.get(e, 0)
+    _draws[e] = draw + 1
+    return threefry2x32(e, key, (e.full(draw, (n,), U32), e.iota((n,), 0, U32)))
 
 
 def random_bits(ctx: LoweringContext, shape: Sequence[int]) -> Value:
-    """uint32 random bits of ``shape``; advances the graph's RNG state."""
+    """uint32 random bits of ``shape`` (both words of each Threefry block are used)."""
     e = ctx.emit
-    state = _state(ctx)
-    new_state, bits = e.op(
-        "rng_bit_generator",
-        [state],
-        [state.type, TensorType(tuple(shape), torch.uint32)],
-        "rng_algorithm = #stablehlo<rng_algorithm THREE_FRY>",
-    )
-    e.rng_state = new_state
-    return bits
+    shape = tuple(int(d) for d in shape)
+    n = math.prod(shape)
+    if n == 0:
+        return e.full(0, shape, U32)
+    half = (n + 1) // 2
+    y0, y1 = random_words(ctx, half)
+    both = e.concatenate([y0, y1], 0)
+    return e.reshape(e.slice(both, [0], [n], [1]), shape)
 
 
-def uniform(ctx: LoweringContext, shape: Sequence[int]) -> Value:
-    """float32 samples in [0, 1): 23 random mantissa bits under the exponent of 1.0, minus 1."""
-    e = ctx.emit
-    bits = random_bits(ctx, shape)
-    mantissa = e.binary("shift_right_logical", bits, e.full(9, shape, torch.uint32))
-    one_to_two = e.binary("or", mantissa, e.full(0x3F800000, shape, torch.uint32))
-    floats = e.op1("bitcast_convert", [one_to_two], TensorType(tuple(shape), torch.float32))
+def _unit(e: Emitter, bits: Value) -> Value:
+    """float32 in [0, 1) from uint32 bits: 23 mantissa bits under the exponent of 1.0, minus 1."""
+    shape = bits.shape
+    mantissa = e.binary("shift_right_logical", bits, e.full(9, shape, U32))
+    one_to_two = e.binary("or", mantissa, e.full(0x3F800000, shape, U32))
+    floats = e.bitcast_convert(one_to_two, torch.float32)
     return e.binary("subtract", floats, e.full(1.0, shape, torch.float32))
 
 
+def uniform(ctx: LoweringContext, shape: Sequence[int]) -> Value:
+    """float32 samples in [0, 1)."""
+    return _unit(ctx.emit, random_bits(ctx, shape))
+
+
 def normal(ctx: LoweringContext, shape: Sequence[int]) -> Value:
-    """float32 standard normal samples (Box-Muller on two uniforms)."""
+    """float32 standard normal samples (Box-Muller on the two words of each Threefry block)."""
     e = ctx.emit
-    u1 = e.binary("subtract", e.full(1.0, shape, torch.float32), uniform(ctx, shape))  # (0, 1]
-    u2 = uniform(ctx, shape)
+    shape = tuple(int(d) for d in shape)
+    n = math.prod(shape)
+    if n == 0:
+        return e.full(0.0, shape, torch.float32)
+    w0, w1 = random_words(ctx, n)
+    u1 = e.binary("subtract", e.full(1.0, (n,), torch.float32), _unit(e, w0))  # (0, 1]
+    u2 = _unit(e, w1)
     radius = e.unary(
-        "sqrt", e.binary("multiply", e.unary("log", u1), e.full(-2.0, shape, torch.float32))
+        "sqrt", e.binary("multiply", e.unary("log", u1), e.full(-2.0, (n,), torch.float32))
     )
-    angle = e.binary("multiply", u2, e.full(2.0 * math.pi, shape, torch.float32))
-    return e.binary("multiply", radius, e.unary("cosine", angle))
+    angle = e.binary("multiply", u2, e.full(2.0 * math.pi, (n,), torch.float32))
+    return e.reshape(e.binary("multiply", radius, e.unary("cosine", angle)), shape)
 
 
 def _as_dtype(ctx: LoweringContext, x: Value, dtype: torch.dtype) -> Value:
