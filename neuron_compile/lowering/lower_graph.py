@@ -301,6 +301,8 @@ def _layout(val: torch.Tensor) -> tuple[int, ...] | None:
     stride = val.stride()
     if val.numel() <= 1 or not all(isinstance(s, int) for s in (*stride, *val.shape)):
         return None
+    if torch._debug_has_internal_overlap(val) == 1:
+        return None  # a self-overlapping view (expand, as_strided): no copy can write it
     return None if val.is_contiguous() else tuple(stride)
 
 

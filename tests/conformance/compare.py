@@ -25,6 +25,23 @@ def leaves(obj: Any) -> list[Any]:
     return [obj]
 
 
+def layout(t: torch.Tensor) -> tuple[int, ...]:
+    """The strides a caller can observe: those of dimensions longer than 1 (a size-1 or empty
+    dimension's stride is arbitrary, and eager itself is not consistent there)."""
+    if t.numel() <= 1:
+        return ()
+    return tuple(s for s, n in zip(t.stride(), t.shape, strict=True) if n > 1)
+
+
+def dense(t: torch.Tensor) -> bool:
+    """Whether eager's layout of ``t`` follows its layout rules (permutations of a dense
+    tensor): expanded (stride-0) results such as ``sum``'s gradient are an implementation
+    detail, which compiled code need not reproduce."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    return bool(is_non_overlapping_and_dense_or_false(t))
+
+
 def compare(
     actual: Any, expected: Any, dtype: torch.dtype, ref: Any = None
 ) -> tuple[str | None, float, float]:
@@ -47,6 +64,12 @@ def compare(
                 return f"output {i}: shape {tuple(a.shape)} vs {tuple(e.shape)}", math.nan, math.nan
             if a.dtype != e.dtype:
                 return f"output {i}: dtype {a.dtype} vs eager {e.dtype}", math.nan, math.nan
+            if dense(e) and layout(a) != layout(e):  # values agree; a stride guard would not
+                return (
+                    f"output {i}: strides {a.stride()} vs eager {e.stride()}",
+                    math.nan,
+                    math.nan,
+                )
             bad, abs_err, rel_err = _tensor_diff(a.detach(), e.detach(), dtype)
             r = r_leaves[i] if r_leaves is not None else None
             if bad and isinstance(r, torch.Tensor) and e.is_floating_point():

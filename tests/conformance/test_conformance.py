@@ -111,10 +111,10 @@ def test_expectations_file_is_valid():
 
 
 def _opinfo(name, fn, sample_fn, **kw):
+    opinfo.load_op_db()  # first: registers the expecttest stand-in the imports below need
     from torch.testing._internal.common_dtype import floating_types
     from torch.testing._internal.opinfo.core import OpInfo
 
-    opinfo.load_op_db()  # registers the expecttest stand-in if needed
     return OpInfo(name, op=fn, dtypes=floating_types(), sample_inputs_func=sample_fn, **kw)
 
 
