@@ -208,10 +208,11 @@ class DiskCache(Maintenance, FailureRecords):
 
     def trusts_self_keyed(self, tier: str) -> bool:
         """Whether ``tier`` may serve entries that bind only to themselves (``self_keyed``):
-        when the team key covers it, or (remote tier) when only you can write it."""
+        when the team key covers it, or when only you can write it (the ownership checks ran:
+        no ``ALLOW_SHARED``, and it is not an import)."""
         if self.signer is not None and self.signer.covers(tier) and not self.signer.problem:
             return True
-        return tier == "remote" and not self.allow_shared_writable
+        return tier != "import" and not self.allow_shared_writable
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -265,13 +266,6 @@ class DiskCache(Maintenance, FailureRecords):
             # machine wrote: loading one runs it. promote() never puts one in the remote tier.
             log.warning("remote cache entry %s claims to be local-only; ignored", key[:12])
             entry = None
-        if (
-            entry is not None
-            and self_keyed(entry.manifest)
-            and not self.trusts_self_keyed("remote")
-        ):
-            log.debug("FX index entry %s of a tier others write, unsigned: lowering", key[:12])
-            entry = None
         if entry is None:
             self._counts["remote_misses"] += count_miss
             return None, "remote"
@@ -314,9 +308,13 @@ class DiskCache(Maintenance, FailureRecords):
             if owned and (why := foreign_reason(shard)) is not None:
                 raise ManifestError(f"its shard directory is {why}")
             manifest, files = read_entry(path, read_fd(fd), key, owned=owned)
-            why = self.signature_problem("local" if base == self.root else "remote", manifest)
+            tier = "local" if base == self.root else "remote"
+            why = self.signature_problem(tier, manifest)
             if why is not None:
                 raise ManifestError(f"signature: {why}")
+            if self_keyed(manifest) and not self.trusts_self_keyed(tier):
+                log.debug("FX index entry %s of a tier others write, unsigned: lowering", key[:12])
+                return None
         except SchemaError as exc:
             log.info("cache entry %s skipped: %s", key[:12], exc)
             return None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -202,3 +203,19 @@ def test_an_imported_index_entry_is_installed_only_when_signed(signed, team_key,
     bundle = source.export([index_key], tmp_path / "b.tar")
     assert DiskCache(tmp_path / "plain").import_bundle(bundle) == []  # not trusted unsigned
     assert DiskCache(tmp_path / "team", signer=signer).import_bundle(bundle) == [index_key]
+
+
+def test_a_shared_local_cache_does_not_serve_unsigned_index_entries(signed, tmp_path):
+    """The same forgery in a local cache others may write (ALLOW_SHARED): not served either."""
+    local = tmp_path / "shared"
+    shutil.copytree(signed[A][0], local)
+    a, b, bbase = entries(local), entries(signed[B][0]), signed[B][0] / "neuron"
+    (ki, _mi), (kbi, mbi) = a["index"], b["index"]
+    for kind in ("graph", "executable"):  # B's genuine entries, under B's own keys
+        kb, mb = b[kind]
+        plant(local / "neuron", kb, files_of(bbase, kb, mb), mb)
+    plant(local / "neuron", ki, files_of(bbase, kbi, mbi), mbi)
+    env = {"NEURON_COMPILE_CACHE_ALLOW_SHARED": "1", "NEURON_COMPILE_AOT_CACHE": "0"}
+    warm, _log = run_child(MODEL, local, A, **env)
+    assert_own_result(signed, warm)
+    assert warm["sources"] == ["disk"]  # lowered here; A's own compiled graph from the cache
