@@ -10,11 +10,16 @@ from .eliminate_dead_code import eliminate_dead_code
 from .fold_constants import fold_constants
 from .fold_permutes import fold_permutes
 from .functionalize_inplace import functionalize_inplace
+from .rebase_strided_views import rebase_strided_views
 from .remove_noops import remove_noops
 from .rewrite_neuron_calls import rewrite_neuron_calls
 from .sink_transposes import sink_transposes
 
 PIPELINE: tuple[GraphPass, ...] = (
+    # First, while every meta["val"] still has eager's storage sharing, strides and offsets: it
+    # makes as_strided(_scatter) address a flat copy of eager's storage (the passes below drop
+    # views and copies, which changes what "the storage" of a view chain would be).
+    rebase_strided_views,
     # Before everything: remove_noops and CSE keep every copy/duplicate near a mutation, so each
     # in-place op rewritten away unlocks them.
     functionalize_inplace,
@@ -67,6 +72,7 @@ __all__ = [
     "fold_permutes",
     "functionalize_inplace",
     "pipeline_for",
+    "rebase_strided_views",
     "remove_noops",
     "rewrite_neuron_calls",
     "run_pipeline",

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch.fx as fx
 
-from ..errors import BUG_HINT, LoweringError
+from ..errors import BUG_HINT, LoweringError, UnsupportedOpError
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ def run_pipeline(
         name = graph_pass.__name__
         try:
             changed = graph_pass(gm)
+        except UnsupportedOpError:
+            raise  # a pass refusing a construct it cannot compile exactly: the user's answer
         except Exception as e:
             raise LoweringError(
                 f"pass {name} failed (after {', '.join(done) or 'no passes'}): {type(e).__name__}: {e}",

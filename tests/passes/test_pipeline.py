@@ -34,8 +34,9 @@ def _compile_with_pipeline(fn, seen):
     return aot_function(fn, compiler, compiler, partition_fn=default_partition)
 
 
-def test_order_is_functionalize_noops_casts_permutes_cse_constants_transposes_dce():
+def test_order_is_rebase_functionalize_noops_casts_permutes_cse_constants_transposes_dce():
     assert [p.__name__ for p in PIPELINE] == [
+        "rebase_strided_views",
         "functionalize_inplace",
         "remove_noops",
         "collapse_casts",

@@ -112,10 +112,18 @@ def _lower_narrow_copy(ctx: LoweringContext, x: Value, dim: int, start: int, len
 
 
 def _contiguous_input(node: fx.Node) -> str | None:
-    """as_strided addresses storage: only a contiguous, unoffset input's storage is its value."""
+    """as_strided addresses storage: only when the input's values are its whole storage
+    (contiguous, offset 0, storage no larger) do they tell the lowering what it reads. The pass
+    ``passes.rebase_strided_views`` rewrites in-graph views to read such a flat storage; what
+    is left (a view the caller passed in) runs eagerly on the caller's own tensor."""
     val = node.args[0].meta.get("val")
-    if not isinstance(val, torch.Tensor) or not val.is_contiguous() or val.storage_offset() != 0:
-        return "as_strided of a non-contiguous or offset view needs the underlying storage"
+    if (
+        not isinstance(val, torch.Tensor)
+        or not val.is_contiguous()
+        or val.storage_offset() != 0
+        or val.untyped_storage().nbytes() != val.numel() * val.element_size()
+    ):
+        return "as_strided of a view whose storage extends beyond its elements (a caller's view)"
     return any_dtype(node)
 
 
@@ -130,6 +138,8 @@ def _lower_as_strided(
     """A gather from the flattened input with a constant table of storage positions."""
     e = ctx.emit
     n = math.prod(x.shape)
+    if math.prod(size) == 0:  # reads nothing (and a gather from an empty storage is invalid)
+        return e.full(0, ctx.out_shape, ctx.out_dtype)
     idx = _storage_positions(ctx, size, stride, storage_offset)
     return e.gather(
         e.reshape(x, [n]), idx, offset_dims=[], collapsed_slice_dims=[0], start_index_map=[0],
@@ -163,6 +173,8 @@ def _lower_as_strided_scatter(
     flattened input; positions a self-overlapping view repeats get one of their writes)."""
     e = ctx.emit
     n = math.prod(x.shape)
+    if math.prod(size) == 0:  # writes nothing
+        return x
     idx = _storage_positions(ctx, size, stride, storage_offset)
     flat = e.scatter(
         e.reshape(x, [n]), idx, e.convert(src, x.dtype), update_window_dims=[],
