@@ -60,11 +60,18 @@ def train_losses(
     *,
     compile_backend: str | None,
     lr: float = 1e-2,
+    options: dict[str, Any] | None = None,
+    seed: int | None = None,
 ) -> list[float]:
-    """Losses of SGD-with-momentum steps over ``batches`` on a deep copy of ``model``."""
+    """Losses of SGD-with-momentum steps over ``batches`` on a deep copy of ``model`` (compiled
+    with ``options``; ``seed``: ``torch.manual_seed`` before the first step, for random ops)."""
     model = copy.deepcopy(model)
-    step_model = torch.compile(model, backend=compile_backend) if compile_backend else model
+    step_model = (
+        torch.compile(model, backend=compile_backend, options=options) if compile_backend else model
+    )
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    if seed is not None:
+        torch.manual_seed(seed)
     losses = []
     for batch in batches:
         opt.zero_grad()

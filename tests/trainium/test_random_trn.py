@@ -4,7 +4,6 @@ bits as the cpu target, so a mask checked here is the one the device applies."""
 
 from __future__ import annotations
 
-import copy
 import re
 
 import pytest
@@ -14,6 +13,7 @@ import torch.nn.functional as F
 from train_gpt import GPTConfig, TinyGPT
 
 import neuron_compile.legality as legality_mod
+from tests.helpers import train_losses
 
 #: a 64-bit element type of a value (``array<i64>`` attribute payloads are not values)
 SIXTY_FOUR_BIT_TYPE = re.compile(r"tensor<(?:[0-9x]*x)?(?:ui64|i64|f64)>")
@@ -35,18 +35,10 @@ def _gpt_with_dropout(p: float = 0.1) -> TinyGPT:
 def _losses(model: nn.Module, batches, loss_fn, target: str, steps: int = 3) -> list[float]:
     """SGD losses of ``steps`` compiled steps under ``torch.manual_seed(1)``."""
     torch._dynamo.reset()
-    model = copy.deepcopy(model)
-    compiled = torch.compile(model, backend="neuron", options={"target": target})
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    torch.manual_seed(1)
-    losses = []
-    for batch in batches[:steps]:
-        opt.zero_grad()
-        loss = loss_fn(compiled, *batch)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    options = {"target": target}
+    return train_losses(
+        model, batches[:steps], loss_fn, compile_backend="neuron", lr=0.1, options=options, seed=1
+    )
 
 
 @pytest.mark.parametrize("target", ["trn2", "trn3"])
