@@ -20,44 +20,15 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-_ELEMENT_TYPES: dict[torch.dtype, str] = {
-    torch.float32: "f32",
-    torch.bfloat16: "bf16",
-    torch.float16: "f16",
-    torch.float64: "f64",
-    torch.int64: "i64",
-    torch.int32: "i32",
-    torch.int16: "i16",
-    torch.int8: "i8",
-    torch.uint8: "ui8",
-    torch.bool: "i1",
-    # Only inside graphs (RNG state and bits); never graph inputs or outputs.
-    torch.uint32: "ui32",
-    torch.uint64: "ui64",
-}
-
-# Bit patterns of non-finite values: MLIR float literals have no spelling for inf/nan.
-_NONFINITE_HEX = {
-    "f32": {"inf": "0x7F800000", "-inf": "0xFF800000", "nan": "0x7FC00000"},
-    "bf16": {"inf": "0x7F80", "-inf": "0xFF80", "nan": "0x7FC0"},
-    "f16": {"inf": "0x7C00", "-inf": "0xFC00", "nan": "0x7E00"},
-    "f64": {"inf": "0x7FF0000000000000", "-inf": "0xFFF0000000000000", "nan": "0x7FF8000000000000"},
-}
-
-
-def element_type(dtype: torch.dtype) -> str:
-    try:
-        return _ELEMENT_TYPES[dtype]
-    except KeyError:
-        raise TypeError(f"dtype {dtype} has no StableHLO element type here") from None
-
-
-def is_float(dtype: torch.dtype) -> bool:
-    return dtype.is_floating_point
-
-
-def is_unsigned(dtype: torch.dtype) -> bool:
-    return dtype in (torch.uint8, torch.bool, torch.uint32, torch.uint64)
+from .literals import (
+    dense_literal,
+    element_type,
+    escape_string,
+    i64_array,
+    i64_list,
+    is_float,
+    is_unsigned,
+)
 
 
 @dataclass(frozen=True)
@@ -98,45 +69,6 @@ class Value:
     @property
     def rank(self) -> int:
         return self.type.rank
-
-
-def _i64_array(values: Sequence[int]) -> str:
-    return "array<i64" + (": " + ", ".join(str(int(v)) for v in values) if values else "") + ">"
-
-
-def _i64_list(values: Sequence[int]) -> str:
-    return "[" + ", ".join(str(int(v)) for v in values) + "]"
-
-
-def format_scalar(value: float | int | bool, dtype: torch.dtype) -> str:
-    """Spell one element of a ``dense<...>`` literal."""
-    if dtype == torch.bool:
-        return "true" if value else "false"
-    if not is_float(dtype):
-        return str(int(value))
-    value = float(value)
-    if math.isnan(value):
-        return _NONFINITE_HEX[element_type(dtype)]["nan"]
-    if math.isinf(value):
-        return _NONFINITE_HEX[element_type(dtype)]["inf" if value > 0 else "-inf"]
-    return f"{value:.9e}"
-
-
-def _dense(values: np.ndarray, dtype: torch.dtype) -> str:
-    if values.ndim == 0:
-        return f"dense<{format_scalar(values.item(), dtype)}>"
-
-    def nest(a: np.ndarray) -> str:
-        if a.ndim == 1:
-            return "[" + ", ".join(format_scalar(v, dtype) for v in a.tolist()) + "]"
-        return "[" + ", ".join(nest(s) for s in a) + "]"
-
-    return f"dense<{nest(values)}>"
-
-
-def _escape(text: str) -> str:
-    """``text`` as the body of an MLIR string literal."""
-    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 class Emitter:
@@ -225,14 +157,14 @@ class Emitter:
         ``frontend_attributes`` become ``mhlo.frontend_attributes`` (HLO frontend attributes,
         e.g. ``has_collectives = "1"`` for NKI kernels; trainium-nki.md §3.3)."""
         self.custom_call_targets.append(target)
-        config = _escape(backend_config)
+        config = escape_string(backend_config)
         attrs = (
             f'call_target_name = "{target}", has_side_effect = false, '
             f'backend_config = "{config}", api_version = 2 : i32'
         )
         if frontend_attributes:
             items = ", ".join(
-                f'{k} = "{_escape(v)}"' for k, v in sorted(frontend_attributes.items())
+                f'{k} = "{escape_string(v)}"' for k, v in sorted(frontend_attributes.items())
             )
             attrs += f", mhlo.frontend_attributes = {{{items}}}"
         return self.op("custom_call", operands, result_types, attrs)
@@ -273,10 +205,10 @@ class Emitter:
         """A splat (scalar ``value``) or a dense array constant of ``type_``."""
         arr = np.asarray(value)
         if arr.ndim == 0:
-            literal = _dense(arr, type_.dtype)
+            literal = dense_literal(arr, type_.dtype)
         else:
             assert tuple(arr.shape) == type_.shape, (arr.shape, type_)
-            literal = _dense(arr, type_.dtype)
+            literal = dense_literal(arr, type_.dtype)
         return self.op1("constant", [], type_, f"value = {literal} : {type_}")
 
     def scalar(self, value: float | int | bool, dtype: torch.dtype) -> Value:
@@ -312,7 +244,7 @@ class Emitter:
             "broadcast_in_dim",
             [x],
             x.type.with_shape(shape),
-            f"broadcast_dimensions = {_i64_array(dims)}",
+            f"broadcast_dimensions = {i64_array(dims)}",
         )
 
     def transpose(self, x: Value, perm: Sequence[int]) -> Value:
@@ -321,7 +253,7 @@ class Emitter:
             return x
         shape = [x.shape[p] for p in perm]
         return self.op1(
-            "transpose", [x], x.type.with_shape(shape), f"permutation = {_i64_array(perm)}"
+            "transpose", [x], x.type.with_shape(shape), f"permutation = {i64_array(perm)}"
         )
 
     def slice(
@@ -333,8 +265,8 @@ class Emitter:
         if tuple(shape) == x.shape:
             return x
         attrs = (
-            f"start_indices = {_i64_array(start)}, limit_indices = {_i64_array(limit)}, "
-            f"strides = {_i64_array(strides)}"
+            f"start_indices = {i64_array(start)}, limit_indices = {i64_array(limit)}, "
+            f"strides = {i64_array(strides)}"
         )
         return self.op1("slice", [x], x.type.with_shape(shape), attrs)
 
@@ -358,13 +290,13 @@ class Emitter:
             for d, lo, hi, it in zip(x.shape, low, high, interior, strict=True)
         ]
         attrs = (
-            f"edge_padding_low = {_i64_array(low)}, edge_padding_high = {_i64_array(high)}, "
-            f"interior_padding = {_i64_array(interior)}"
+            f"edge_padding_low = {i64_array(low)}, edge_padding_high = {i64_array(high)}, "
+            f"interior_padding = {i64_array(interior)}"
         )
         return self.op1("pad", [x, value], x.type.with_shape(shape), attrs)
 
     def reverse(self, x: Value, dims: Sequence[int]) -> Value:
-        return self.op1("reverse", [x], x.type, f"dimensions = {_i64_array(dims)}")
+        return self.op1("reverse", [x], x.type, f"dimensions = {i64_array(dims)}")
 
     # ---- elementwise ----------------------------------------------------------------------
     def unary(self, name: str, x: Value) -> Value:
@@ -405,8 +337,8 @@ class Emitter:
         shape += [d for i, d in enumerate(rhs.shape) if i not in rc and i not in rb]
         attrs = (
             "dot_dimension_numbers = #stablehlo.dot<"
-            f"lhs_batching_dimensions = {_i64_list(lb)}, rhs_batching_dimensions = {_i64_list(rb)}, "
-            f"lhs_contracting_dimensions = {_i64_list(lc)}, rhs_contracting_dimensions = {_i64_list(rc)}>"
+            f"lhs_batching_dimensions = {i64_list(lb)}, rhs_batching_dimensions = {i64_list(rb)}, "
+            f"lhs_contracting_dimensions = {i64_list(lc)}, rhs_contracting_dimensions = {i64_list(rc)}>"
         )
         out = TensorType(tuple(shape), out_dtype or lhs.dtype)
         return self.op1("dot_general", [lhs, rhs], out, attrs)
@@ -426,7 +358,7 @@ class Emitter:
             x.type.with_shape([d for i, d in enumerate(x.shape) if i not in dims]) for x in xs
         ]
         return self.op(
-            "reduce", [*xs, *inits], out_types, f"dimensions = {_i64_array(dims)}", regions=[region]
+            "reduce", [*xs, *inits], out_types, f"dimensions = {i64_array(dims)}", regions=[region]
         )
 
     def reduce_simple(
@@ -496,9 +428,9 @@ class Emitter:
         region = self.region(scalar_types + scalar_types, body)
         pad = np.asarray(padding, dtype=np.int64).reshape(len(window), 2)
         attrs = (
-            f"window_dimensions = {_i64_array(window)}, window_strides = {_i64_array(strides)}, "
-            f"window_dilations = {_i64_array(dil)}, "
-            f"padding = {_dense(pad, torch.int64)} : tensor<{len(window)}x2xi64>"
+            f"window_dimensions = {i64_array(window)}, window_strides = {i64_array(strides)}, "
+            f"window_dilations = {i64_array(dil)}, "
+            f"padding = {dense_literal(pad, torch.int64)} : tensor<{len(window)}x2xi64>"
         )
         out_types = [x.type.with_shape(shape) for x in xs]
         return self.op("reduce_window", [*xs, *inits], out_types, attrs, regions=[region])
@@ -520,8 +452,8 @@ class Emitter:
         )
         pad = np.asarray(padding, dtype=np.int64).reshape(len(window), 2)
         attrs = (
-            f"window_dimensions = {_i64_array(window)}, window_strides = {_i64_array(strides)}, "
-            f"padding = {_dense(pad, torch.int64)} : tensor<{len(window)}x2xi64>"
+            f"window_dimensions = {i64_array(window)}, window_strides = {i64_array(strides)}, "
+            f"padding = {dense_literal(pad, torch.int64)} : tensor<{len(window)}x2xi64>"
         )
         return self.op(
             "select_and_scatter",
@@ -552,9 +484,9 @@ class Emitter:
         pad = np.asarray(padding, dtype=np.int64).reshape(n, 2)
         attrs = (
             f"dimension_numbers = #stablehlo.conv<{dimension_numbers}>, "
-            f"window_strides = {_i64_array(strides)}, "
-            f"padding = {_dense(pad, torch.int64)} : tensor<{n}x2xi64>, "
-            f"lhs_dilation = {_i64_array(lhs_dilation)}, rhs_dilation = {_i64_array(rhs_dilation)}, "
+            f"window_strides = {i64_array(strides)}, "
+            f"padding = {dense_literal(pad, torch.int64)} : tensor<{n}x2xi64>, "
+            f"lhs_dilation = {i64_array(lhs_dilation)}, rhs_dilation = {i64_array(rhs_dilation)}, "
             f"feature_group_count = {feature_group_count} : i64, "
             f"batch_group_count = {batch_group_count} : i64"
         )
@@ -578,14 +510,14 @@ class Emitter:
         batching = ""
         if operand_batching_dims:
             batching = (
-                f", operand_batching_dims = {_i64_list(operand_batching_dims)}, "
-                f"start_indices_batching_dims = {_i64_list(start_indices_batching_dims)}"
+                f", operand_batching_dims = {i64_list(operand_batching_dims)}, "
+                f"start_indices_batching_dims = {i64_list(start_indices_batching_dims)}"
             )
         attrs = (
-            f"dimension_numbers = #stablehlo.gather<offset_dims = {_i64_list(offset_dims)}, "
-            f"collapsed_slice_dims = {_i64_list(collapsed_slice_dims)}{batching}, "
-            f"start_index_map = {_i64_list(start_index_map)}, index_vector_dim = {index_vector_dim}>, "
-            f"slice_sizes = {_i64_array(slice_sizes)}, indices_are_sorted = false"
+            f"dimension_numbers = #stablehlo.gather<offset_dims = {i64_list(offset_dims)}, "
+            f"collapsed_slice_dims = {i64_list(collapsed_slice_dims)}{batching}, "
+            f"start_index_map = {i64_list(start_index_map)}, index_vector_dim = {index_vector_dim}>, "
+            f"slice_sizes = {i64_array(slice_sizes)}, indices_are_sorted = false"
         )
         return self.op1("gather", [operand, indices], operand.type.with_shape(out_shape), attrs)
 
@@ -612,14 +544,14 @@ class Emitter:
         batching = ""
         if input_batching_dims:
             batching = (
-                f", input_batching_dims = {_i64_list(input_batching_dims)}, "
-                f"scatter_indices_batching_dims = {_i64_list(scatter_indices_batching_dims)}"
+                f", input_batching_dims = {i64_list(input_batching_dims)}, "
+                f"scatter_indices_batching_dims = {i64_list(scatter_indices_batching_dims)}"
             )
         attrs = (
             "scatter_dimension_numbers = #stablehlo.scatter<"
-            f"update_window_dims = {_i64_list(update_window_dims)}, "
-            f"inserted_window_dims = {_i64_list(inserted_window_dims)}{batching}, "
-            f"scatter_dims_to_operand_dims = {_i64_list(scatter_dims_to_operand_dims)}, "
+            f"update_window_dims = {i64_list(update_window_dims)}, "
+            f"inserted_window_dims = {i64_list(inserted_window_dims)}{batching}, "
+            f"scatter_dims_to_operand_dims = {i64_list(scatter_dims_to_operand_dims)}, "
             f"index_vector_dim = {index_vector_dim}>, indices_are_sorted = false, "
             "unique_indices = false"
         )
