@@ -22,7 +22,7 @@ to a runnable callable, i.e. excluding Dynamo and AOTAutograd tracing: for us th
 compiler, the counterpart of our ``compile_graph``; 0 on a warm start, where its AOTAutograd cache
 returns the whole compiled function without calling it). Medians over ``--repeats`` pairs.
 
-Targets (issue 8): our backend time warm <= 0.1 x cold; our warm end-to-end first step faster
+Targets: our backend time warm <= 0.1 x cold; our warm end-to-end first step faster
 than Inductor's warm first step.
 """
 

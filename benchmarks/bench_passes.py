@@ -47,9 +47,10 @@ from train_gpt import GPTConfig, TinyGPT  # noqa: E402
 
 from neuron_compile import artifact  # noqa: E402
 from neuron_compile.capture import decomposition_table  # noqa: E402
-from neuron_compile.cost_model import estimate_module  # noqa: E402
 from neuron_compile.lowering import lower_graph  # noqa: E402
 from neuron_compile.passes import pipeline_for, run_pipeline  # noqa: E402
+from neuron_compile.targets import get_target  # noqa: E402
+from neuron_compile.trainium.cost_model import estimate_module  # noqa: E402
 
 TARGET = "trn2"
 
@@ -269,7 +270,7 @@ class Row:
 
 
 def _lower_verify_serialize(g: torch.fx.GraphModule) -> str:
-    text = lower_graph(g, neuron_calls=True).text
+    text = lower_graph(g, target=get_target(TARGET)).text
     artifact.verify(text)
     artifact.serialize(text, "portable")
     return text
@@ -287,7 +288,7 @@ def measure(model: str, kind: str, gm: torch.fx.GraphModule, repeats: int) -> Ro
         t0 = time.perf_counter()
         run_pipeline(g, pipeline_for(TARGET), recompile=False)  # as the compiler does
         t1 = time.perf_counter()
-        text = lower_graph(g, neuron_calls=True).text
+        text = lower_graph(g, target=get_target(TARGET)).text
         t2 = time.perf_counter()
         artifact.verify(text)
         artifact.serialize(text, "portable")

@@ -6,9 +6,10 @@ reference on XLA CPU; outputs, loss and gradients are checked against eager PyTo
 Trainium host) the op becomes ``stablehlo.custom_call @AwsNeuronCustomNativeKernel``; without it
 neuron-compile warns once and hands neuronx-cc the reference decomposition instead.
 
-The kernel follows trainium-nki.md §2.9 ("RMSNorm"): rows on the 128 partitions, sum of squares
-with ``activation_reduce``, rsqrt on ScalarE, weight broadcast across partitions. It is written
-against the documented ``nki.language``/``nki.isa`` API and has not been run on a device here.
+The kernel follows ``docs/trainium-reference.md`` §R11 ("RMSNorm"): rows on the 128 partitions,
+sum of squares with ``activation_reduce``, rsqrt on ScalarE, weight broadcast across partitions.
+It is written against the documented ``nki.language``/``nki.isa`` API and has not been run on a
+device here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import neuron_compile
-from neuron_compile.nki import load_nki
+from neuron_compile.trainium.kernels.nki import load_nki
 
 # Never ``import nki`` directly: on PyPI that name is a placeholder package. load_nki() returns
 # the real toolchain or None.

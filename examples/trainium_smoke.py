@@ -24,10 +24,10 @@ import torch
 from train_gpt import GPTConfig, TinyGPT, make_batches, train
 
 import neuron_compile
-from neuron_compile import neuronx_cc
 from neuron_compile.dump import versions
-from neuron_compile.runtime import neuron as neuron_rt
 from neuron_compile.targets import resolve_target
+from neuron_compile.trainium import neuronx_cc
+from neuron_compile.trainium import runtime as neuron_rt
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 
-__version__ = "0.1.0"
+from .versions import __version__
 
 # XLA's C++ INFO lines ("PjRt-IFRT device count ...") are read once when jaxlib loads; keep them
 # out of users' terminals unless they asked for them.
@@ -22,13 +22,14 @@ from .errors import NeuronCompileError  # noqa: E402
 from .fallback import clear_fallback_ops, get_fallback_ops  # noqa: E402
 from .metrics import BucketRecord, GraphRecord, bucket_metrics, metrics, reset_metrics  # noqa: E402
 from .shapes import RecompileWarning, mark_warmup_done, recompiles  # noqa: E402
+from .state import reset  # noqa: E402
 
 
 def __getattr__(name: str) -> object:
     # ``nki_op`` lives in a module only kernel authors need: load it on first use so that
     # ``import neuron_compile`` stays as cheap as it is.
     if name == "nki_op":
-        from .nki import nki_op
+        from .trainium.kernels.nki import nki_op
 
         return nki_op
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -64,5 +65,6 @@ __all__ = [
     "neuron_backend",
     "nki_op",
     "recompiles",
+    "reset",
     "reset_metrics",
 ]

@@ -12,9 +12,11 @@ backward, and wraps them exactly as a traced compile would.
 no constant and no weight: the graph's FX index key (cache/fx_index.py), its graph key, its kind
 and node count, and for a forward/backward pair the saved-activation plan (saved.py). Loading
 reads the FX index entry from our disk cache and rebuilds the ``CompiledGraph`` through the same
-tiers as any warm start (``compiler._compile_region``). Whatever fails there (our disk cache
-emptied, an entry evicted, a changed plan) raises, and AOTAutogradCache then counts a bypass and
-traces as usual: a normal compile, which refills our cache.
+tiers as any warm start (``compiler.compile_whole``), then ends as every compiled graph does
+(``compiler.finish_graph``: the 64-bit warning, metrics, the ``GraphCompiled`` event). Whatever
+fails there (our disk cache emptied, an entry evicted, a changed plan) raises, and
+AOTAutogradCache then counts a bypass and traces as usual: a normal compile, which refills our
+cache.
 
 The entry's key is AOTAutograd's own (Dynamo graph, input metadata, torch/functorch/Inductor
 configs, system) plus ``torch.compiler.config.cache_key_tag``, which we extend while our backend
@@ -169,7 +171,7 @@ def enabled(cfg: NeuronConfig) -> bool:
     return (
         cfg.aot_cache
         and not cfg.dump_dir
-        and not get_target(cfg.target).is_neuron
+        and get_target(cfg.target).skips_lowering_when_cached
         and should_use_local_autograd_cache()
         and disk_cache() is not None
         and _directory_is_ours()
@@ -491,8 +493,8 @@ def _load(code: NeuronOutputCode, loaded_with: Sequence[Any]) -> Any:
     from .cache.binding import INDEX_FILE
     from .cache.fx_index import load_index
     from .cache.tiers import disk_cache
-    from .compiler import _compile_region, _warn_downcasts
-    from .metrics import GraphRecord, add_record
+    from .compiler import compile_whole, finish_graph
+    from .metrics import GraphRecord
 
     ctx: _Frame | None = getattr(_local, "frame", None)
     if ctx is None:
@@ -539,9 +541,9 @@ def _load(code: NeuronOutputCode, loaded_with: Sequence[Any]) -> Any:
         capture_s=0.0 if code.kind == "backward" else t0 - ctx.start,
         recompile=ctx.recompile,
     )
-    runner = _compile_region(None, name, code.kind, ctx.cfg, record, indexed=(graph_key, lowered))
-    runner.count_calls = True
-    runner.fx_key = code.fx_key
+    runner = compile_whole(
+        None, name, code.kind, ctx.cfg, record, fx_key=code.fx_key, indexed=(graph_key, lowered)
+    )
     if code.pair is not None:  # re-establish the saved-activation link of saved.py
         if code.kind == "forward":
             link = SavedLink(code.pair.num_fwd_outputs)
@@ -550,8 +552,7 @@ def _load(code: NeuronOutputCode, loaded_with: Sequence[Any]) -> Any:
                 raise AotCacheMiss(f"graph {name}: saved-activation plan differs from the entry")
         elif code.kind == "backward":
             runner.read_saved_from(SavedLink(code.pair.num_fwd_outputs, code.pair.resident))
-    _warn_downcasts(name, record.downcasts, ctx.cfg)
-    record.backend_s = time.perf_counter() - t0 + ctx.charge_key_time()
-    add_record(record)
-    log.debug("graph %s loaded through the AOTAutograd cache", name)
-    return runner
+    # The epilogue of every compiled graph: 64-bit warning, backend time, GraphCompiled.
+    return finish_graph(
+        runner, record, ctx.cfg, t0, path="aot_cache", extra_s=ctx.charge_key_time()
+    )

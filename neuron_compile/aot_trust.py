@@ -1,4 +1,4 @@
-"""What makes an AOTAutogradCache entry trustworthy for aot_cache.py (issue 23, Why item 3).
+"""What makes an AOTAutogradCache entry trustworthy for aot_cache.py (docs/cache-security.md).
 
 * The directory it is unpickled from (``directory_is_ours``). Entries are pickles, and loading a
   pickle runs whatever code it names. So the directory (``TORCHINDUCTOR_CACHE_DIR``, by default
@@ -24,10 +24,12 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .warn_once import first_time, once_set
+
 log = logging.getLogger("neuron_compile.aot_cache")
 
 _verified: set[str] = set()
-_warned_unsafe: set[str] = set()
+_warned_unsafe: set[str] = once_set()
 
 
 def directory_is_ours() -> bool:
@@ -42,8 +44,7 @@ def directory_is_ours() -> bool:
     if why is None:
         _verified.add(root)
     else:
-        if why not in _warned_unsafe:
-            _warned_unsafe.add(why)
+        if first_time(_warned_unsafe, why):
             log.warning(
                 "[NC404] not using PyTorch's AOTAutograd cache for warm starts: %s; frames are "
                 "traced every process (give the directory to your user only: chmod 700, or set "

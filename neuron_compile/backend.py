@@ -2,6 +2,7 @@
 
 Dynamo graph -> AOTAutograd (core ATen decompositions, SDPA forced to its math path, separate
 forward / backward / inference compilers, boxed calling convention) -> ``compile_graph`` per graph.
+Each frame publishes ``FrameStarted`` and ``FrameCompiled`` (events.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import registration
+from . import events, registration
 from .capture import decomposition_table, saving_random_ops
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
@@ -138,6 +139,10 @@ def compile_frame(
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     aot_id = next(_aot_ids)
+    frame_name = f"{model}_{aot_id}"
+    started = events.FrameStarted(frame_name, model, gm, example_inputs, cfg, recompile)
+    events.publish(started)
+    cfg = started.cfg  # a subscriber may have replaced it (neuron-compile check's estimate)
     counters = dict.fromkeys(("forward", "backward", "inference"), 0)
     start = time.perf_counter()
     # aot_cache imports torch._inductor (over a second): only when a frame is compiled.
@@ -148,7 +153,7 @@ def compile_frame(
     def next_name(kind: str) -> str:
         n = counters[kind]
         counters[kind] += 1
-        return f"{model}_{aot_id}_{kind}_{n}"
+        return f"{frame_name}_{kind}_{n}"
 
     sources = _input_sources(gm)
 
@@ -201,17 +206,17 @@ def compile_frame(
     )
     # The math SDPA path decomposes into bmm/softmax; the CPU flash kernel would otherwise leave
     # an unlowerable _scaled_dot_product_flash_attention_for_cpu_backward in backward graphs.
-    if cfg.flash_attention and get_target(cfg.target).is_neuron:
-        from .ops.flash_attention import route_sdpa
-
-        route_sdpa(gm)
+    get_target(cfg.target).prepare_frame(gm, cfg)
     scope = (
         aot_cache.frame(cfg, next_name, start, recompile, example_inputs, gm=gm)
         if cached
         else contextlib.nullcontext()
     )
     with sdpa_kernel(SDPBackend.MATH), scope, _effect_tokens_inside_graphs():
-        return aot(gm, list(example_inputs))
+        compiled = aot(gm, list(example_inputs))
+    done = events.FrameCompiled(frame_name, gm, compiled)
+    events.publish(done)
+    return done.compiled  # a subscriber may have wrapped it (neuron-compile check's run mode)
 
 
 def _effect_tokens_inside_graphs() -> contextlib.AbstractContextManager:
@@ -272,7 +277,7 @@ def neuron_backend(
         _warn_once(
             f"mode:{mode}",
             f"neuron-compile ignores mode={mode!r}: Trainium compilation has one mode; "
-            "tune with options instead (see README 'Options')",
+            "tune with options instead (see docs/options.md)",
         )
     names = _input_names(gm)
     # Nested (ragged) tensors have shapes no static graph can take.

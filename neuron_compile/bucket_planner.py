@@ -18,7 +18,6 @@ an ``O(K·m²)`` recurrence (vectorized over ``i``).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .shapes import bucket_for
 
 #: ``cost="attention"``: a transformer layer costs about ``24·d²·L + 4·d·L²`` FLOPs per sequence
 #: of length ``L``; divided by ``24·d²`` that is ``L + L²/(6·d)``, here for ``d = 768``.
@@ -145,10 +146,10 @@ class BucketPlan:
 
     def bucket_for(self, length: int) -> int:
         """The boundary a sequence of ``length`` is padded to."""
-        for b in self.boundaries:
-            if length <= b:
-                return b
-        raise ValueError(f"length {length} exceeds the largest bucket {self.boundaries[-1]}")
+        size = bucket_for(length, self.boundaries)
+        if size is None:
+            raise ValueError(f"length {length} exceeds the largest bucket {self.boundaries[-1]}")
+        return size
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -195,7 +196,7 @@ def evaluate_buckets(
         raise ValueError(f"longest length {max(hist)} exceeds the largest bucket {bounds}")
     rows: dict[int, list[int]] = {s: [0, 0, 0] for s in bounds}  # count, max_len, real
     for length, count in hist.items():
-        s = next(x for x in bounds if x >= length)
+        s = bucket_for(length, bounds)
         r = rows[s]
         r[0] += count
         r[1] = max(r[1], length) if count else r[1]
@@ -348,7 +349,7 @@ def cost_from_model(
     ``_fit_nonnegative``). Use three or more ``sizes`` spanning the lengths to be bucketed.
     Units: estimated device seconds per call.
     """
-    from .cost_model import estimate_module
+    from .trainium.cost_model import estimate_module
 
     if len(set(sizes)) < 2 or any(s <= 0 for s in sizes):
         raise ValueError(f"need at least two distinct positive sizes, got {list(sizes)}")
@@ -377,10 +378,10 @@ def inference_graph_text(
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from .capture import decomposition_table
+    from .config import NeuronConfig
     from .lowering import lower_graph
-    from .ops.flash_attention import RoutingSdpa
     from .passes import pipeline_for, run_pipeline
-    from .targets import get_target, is_neuron_target, resolve_lnc
+    from .targets import get_target
 
     # Parameters and buffers become graph inputs (as under torch.compile), so fake tracing
     # never touches real weights and the estimate counts reading them.
@@ -391,16 +392,15 @@ def inference_graph_text(
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    neuron = is_neuron_target(target)
-    if neuron:  # None: NEURON_LOGICAL_NC_CONFIG, else the target default, as NeuronConfig does
-        lnc = resolve_lnc(get_target(target), lnc)
-    routing = RoutingSdpa() if neuron and flash_attention else contextlib.nullcontext()
+    chosen = get_target(target)
+    lnc = chosen.resolve_lnc(lnc)  # None: as NeuronConfig resolves it
+    routing = chosen.frame_routing(NeuronConfig(target=target, flash_attention=flash_attention))
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), routing:  # the backend's SDPA path
         gm = make_fx(call, decomposition_table=decomposition_table(target), tracing_mode="fake")(
             state, *inputs
         )
     run_pipeline(gm, pipeline_for(target))
-    return lower_graph(gm, neuron_calls=neuron, target=target, lnc=lnc).text
+    return lower_graph(gm, target=chosen, lnc=lnc).text
 
 
 def cost_from_module(

@@ -16,7 +16,6 @@ Pick the buckets from data with ``neuron_compile.bucket_planner.plan_buckets`` (
 
 from __future__ import annotations
 
-import bisect
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 from .metrics import record_bucket_hit
+from .shapes import bucket_for
 
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
@@ -39,13 +39,13 @@ def _check_buckets(buckets: Sequence[int]) -> list[int]:
 def bucket_size(length: int, buckets: Sequence[int]) -> int:
     """The smallest bucket ``>= length``; ``ValueError`` if ``length`` exceeds the largest."""
     b = _check_buckets(buckets)
-    i = bisect.bisect_left(b, length)
-    if i == len(b):
+    size = bucket_for(length, b)
+    if size is None:
         raise ValueError(
             f"length {length} is longer than the largest bucket {b[-1]}: add a bucket or "
             "truncate the input"
         )
-    return b[i]
+    return size
 
 
 def _pad_dim(t: torch.Tensor, dim: int, size: int, value: float | bool) -> torch.Tensor:

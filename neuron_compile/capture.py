@@ -8,19 +8,9 @@ from typing import Any
 
 import torch
 
-from .targets import is_neuron_target
+from .targets import get_target
 
 aten = torch.ops.aten
-
-
-#: ATen ops kept whole for trn targets: the trn pattern pass turns them into neuronx-cc's kernel
-#: calls (``ops/fused.py``); where it does not, their rules lower PyTorch's own decomposition.
-NEURON_KEPT = (
-    aten.silu.default,
-    aten.silu_backward.default,
-    aten.gelu_backward.default,
-    aten._softmax_backward_data.default,
-)
 
 
 @lru_cache(maxsize=4)
@@ -38,7 +28,7 @@ def decomposition_table(target: str = "cpu") -> dict[Any, Any]:
     input promote their operands as eager does (``promoting_decompositions.py``): PyTorch's
     decompositions of them compute in the dtypes that arrive.
 
-    For trn targets the ops in ``NEURON_KEPT`` stay whole.
+    The ops the target keeps whole (``Target.kept_ops``) stay whole.
     """
     from torch._decomp import core_aten_decompositions, get_decompositions
 
@@ -49,9 +39,8 @@ def decomposition_table(target: str = "cpu") -> dict[Any, Any]:
     table.update(get_decompositions([aten.batch_norm_backward.default]))
     table.update(FAST_PATH_DECOMPOSITIONS)
     table.update(promoting_decompositions(table))
-    if is_neuron_target(target):
-        for op in NEURON_KEPT:
-            table.pop(op, None)
+    for op in get_target(target).kept_ops():
+        table.pop(op, None)
     return table
 
 

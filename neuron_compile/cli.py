@@ -8,13 +8,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .targets import target_names
+
 
 def _info() -> dict[str, Any]:
     from .cache import store
     from .config import ENV_VARS
-    from .dump import versions
     from .registration import BACKEND_NAMES, other_registrations
     from .runtime.xla_cpu import platform_version
+    from .versions import versions
 
     cache = store.DiskCache.from_env(create=False)  # info only reads: it creates no directory
     return {
@@ -32,11 +34,17 @@ def _info() -> dict[str, Any]:
     }
 
 
-def _ops() -> dict[str, Any]:
+def _ops(target_name: str) -> dict[str, Any]:
+    """Every op with a lowering for ``target_name``, and which of them the target lowers with a
+    form of its own (a kernel: ``Target.lowering_keys``) instead of the reference rule."""
     from .lowering import registered_ops
+    from .targets import get_target
 
-    ops = registered_ops("stablehlo")
-    return {"target": "stablehlo", "count": len(ops), "ops": ops}
+    target = get_target(target_name)
+    kernels = sorted({op for key in target.lowering_keys for op in registered_ops(key)})
+    ops = sorted({*registered_ops(), *kernels})
+    forms = {op: "kernel" if op in kernels else "reference" for op in ops}
+    return {"target": target.name, "count": len(ops), "ops": ops, "forms": forms}
 
 
 def _print_info(info: dict[str, Any]) -> None:
@@ -163,7 +171,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="versions, executor, backend registration and env vars")
-    ops = sub.add_parser("ops", help="list the ATen ops with a StableHLO lowering")
+    ops = sub.add_parser("ops", help="list the ops with a lowering, and each one's form")
+    ops.add_argument(
+        "--target",
+        default="cpu",
+        choices=target_names(),
+        help="list this target's lowering forms: its kernels, else the reference rules",
+    )
     for p in (info, ops):  # `neuron-compile info --json` and `neuron-compile --json info` both work
         p.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
     buckets = sub.add_parser("buckets", help="shape buckets for variable-length inputs")
@@ -183,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .cache.cli import add_cache_parser
 
     add_cache_parser(sub)  # `neuron-compile cache ...`: ls, du, verify, prune, export, import, ...
-    from .precompile import add_parser as add_precompile_parser
+    from .trainium.precompile import add_parser as add_precompile_parser
 
     add_precompile_parser(sub)  # `neuron-compile precompile SCRIPT --target trn2 ...`
     from .report.check import add_check_parser
@@ -214,15 +228,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.max_buckets < 1 or args.align < 1:
             parser.error("--max-buckets and --align must be >= 1")
         return _buckets_plan(args, args.json or args.json_out)
-    result = _info() if args.command == "info" else _ops()
+    result = _info() if args.command == "info" else _ops(args.target)
     if args.json or args.json_out:
         json.dump(result, sys.stdout, indent=2)
         print()
     elif args.command == "info":
         _print_info(result)
     else:
-        print("\n".join(result["ops"]))
-        print(f"{result['count']} ops lowered to {result['target']}")
+        for op, form in result["forms"].items():
+            print(f"{op}  ({result['target']} kernel)" if form == "kernel" else op)
+        kernels = sum(form == "kernel" for form in result["forms"].values())
+        print(f"{result['count']} ops lowered for {result['target']} ({kernels} by kernel forms)")
     return 0
 
 

@@ -3,7 +3,9 @@ serialize, compile) -> executor; a warm start finds the graph in the FX index an
 two. ``CompiledGraph`` is the runtime side; saved activations stay on the device (saved.py).
 
 Returns a boxed callable (AOTAutograd's calling convention: one list argument, cleared by the
-callee so inputs can be freed early).
+callee so inputs can be freed early). Progress is published as compile events (events.py:
+``GraphLowered``, ``RegionCompiled``, ``GraphCompiled``, ``GraphFailed``); metrics, dumps and
+``neuron-compile check`` subscribe. ``finish_graph`` is the one epilogue of a runnable graph.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any
 import torch.fx as fx
 
 from . import artifact as artifact_mod
+from . import dump as _dump  # noqa: F401  (writes NEURON_COMPILE_DUMP_DIR: RegionCompiled)
+from . import events
 from .cache import executable_cache
 from .cache.binding import ARTIFACT_FILE, EXECUTABLE_FILE, INDEX_FILE, MODULE_FILE
 from .cache.fx_index import (
@@ -35,7 +39,6 @@ from .cache.store import DiskCache
 from .cache.tiers import disk_cache
 from .compiled_graph import CompiledGraph
 from .config import NeuronConfig
-from .dump import dump_graph
 from .errors import (
     BUG_HINT,
     DtypePolicyError,
@@ -47,11 +50,12 @@ from .errors import (
 from .fallback import FallbackRunner, FallbackWarning, RegionCall
 from .lowering import lower_graph
 from .lowering.lower_graph import LoweredGraph
-from .metrics import GraphRecord, add_record
+from .metrics import GraphRecord
 from .partition import is_fully_supported, partition, split_reasons, summarize
 from .passes import pipeline_for, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
 from .saved import META_KEY
+from .targets import CompileJob, get_target
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +137,7 @@ def compile_graph(
     regions are compiled and the rest runs eagerly (one ``FallbackWarning`` per graph); with
     ``fallback="error"`` the first unsupported node raises NC101.
     """
+    t0 = time.perf_counter()
     record = GraphRecord(
         name=name,
         kind=kind,
@@ -140,35 +145,74 @@ def compile_graph(
         capture_s=capture_s,
         recompile=recompile,
     )
-    t0 = time.perf_counter()
-    # A warm start skips passes and lowering. ``fx_key``: the graph's FX index key when the
-    # caller already computed it (aot_cache.defer), so it is not hashed twice.
-    fx_key, indexed = _index_lookup(gm, cfg, name, fx_key)
-    if indexed is None:
-        dump_to = Path(cfg.dump_dir) / name / "passes" if cfg.dump_dir else None
-        # No recompile: lowering reads the graph; the rare paths that run or print gm do it.
-        run_pipeline(gm, pipeline_for(cfg.target), dump_to=dump_to, recompile=False)
-        record.passes_s = time.perf_counter() - t0
-    if indexed is not None or is_fully_supported(gm):
-        runner: CompiledGraph | FallbackRunner = _compile_region(
-            gm, name, kind, cfg, record, fx_key=fx_key, indexed=indexed
-        )
-        runner.count_calls = True
-        runner.fx_key = fx_key
-    else:
-        runner = _compile_with_fallback(gm, name, kind, cfg, record)
-    link = gm.meta.get(META_KEY)
-    if link is not None:  # keep saved activations on the device between forward and backward
-        if kind == "forward" and isinstance(runner, CompiledGraph):
-            runner.keep_saved_resident(link)
-        elif kind == "backward":
-            runner.read_saved_from(link)
-    _warn_downcasts(name, record.downcasts, cfg)
-    record.backend_s = time.perf_counter() - t0
-    add_record(record)
+    try:
+        # A warm start skips passes and lowering. ``fx_key``: the graph's FX index key when the
+        # caller already computed it (aot_cache.defer), so it is not hashed twice.
+        fx_key, indexed = _index_lookup(gm, cfg, name, fx_key)
+        if indexed is None:
+            dump_to = Path(cfg.dump_dir) / name / "passes" if cfg.dump_dir else None
+            # No recompile: lowering reads the graph; the rare paths that run or print gm do it.
+            run_pipeline(gm, pipeline_for(cfg.target), dump_to=dump_to, recompile=False)
+            record.passes_s = time.perf_counter() - t0
+        if indexed is not None or is_fully_supported(gm):
+            runner: CompiledGraph | FallbackRunner = compile_whole(
+                gm, name, kind, cfg, record, fx_key=fx_key, indexed=indexed
+            )
+        else:
+            runner = _compile_with_fallback(gm, name, kind, cfg, record)
+        link = gm.meta.get(META_KEY)
+        if link is not None:  # keep saved activations on the device between forward and backward
+            if kind == "forward" and isinstance(runner, CompiledGraph):
+                runner.keep_saved_resident(link)
+            elif kind == "backward":
+                runner.read_saved_from(link)
+        return finish_graph(runner, record, cfg, t0, gm=gm)
+    except BaseException as e:
+        events.publish(events.GraphFailed(name, kind, gm, cfg, e))
+        raise
+
+
+def compile_whole(
+    gm: fx.GraphModule | None,
+    name: str,
+    kind: str,
+    cfg: NeuronConfig,
+    record: GraphRecord,
+    *,
+    fx_key: str | None = None,
+    indexed: tuple[CacheKey, LoweredGraph] | None = None,
+) -> CompiledGraph:
+    """A fully supported graph as one executable that counts its own calls. ``gm`` is None only
+    with ``indexed``: an AOTAutograd cache hit rebuilding the graph from the FX index entry
+    (aot_cache.py), through the same cache tiers as any warm start."""
+    runner = _compile_region(gm, name, kind, cfg, record, fx_key=fx_key, indexed=indexed)
+    runner.count_calls = True
+    runner.fx_key = fx_key
+    return runner
+
+
+def finish_graph(
+    runner: CompiledGraph | FallbackRunner,
+    record: GraphRecord,
+    cfg: NeuronConfig,
+    started: float,
+    *,
+    gm: fx.GraphModule | None = None,
+    path: str = "compile",
+    extra_s: float = 0.0,
+) -> CompiledGraph | FallbackRunner:
+    """The epilogue of every graph made runnable, compiled (``compile_graph``) or loaded by an
+    AOTAutograd cache hit (``path="aot_cache"``): the 64-bit warning (NC104 in error mode), the
+    record's backend time since ``started`` (plus ``extra_s``), then ``GraphCompiled``
+    (``metrics()`` keeps the record)."""
+    _warn_downcasts(record.name, record.downcasts, cfg)
+    record.backend_s = time.perf_counter() - started + extra_s
+    event = events.GraphCompiled(record.name, record.kind, record, runner, cfg, gm, path)
+    events.publish(event)
     log.debug(
-        "compiled %s: %d nodes, lowering %.1f ms, verify %.1f ms, executor %.1f ms%s",
-        name,
+        "%s %s: %d nodes, lowering %.1f ms, verify %.1f ms, executor %.1f ms%s",
+        "compiled" if path == "compile" else f"loaded ({path})",
+        record.name,
         record.node_count,
         1e3 * record.lowering_s,
         1e3 * record.verify_s,
@@ -377,12 +421,10 @@ def _index_lookup(
     gm: fx.GraphModule, cfg: NeuronConfig, name: str, known_key: str | None = None
 ) -> tuple[str | None, tuple[CacheKey, LoweredGraph] | None]:
     """``(FX index key, (graph key, lowered specs) on a hit)`` for a graph as AOTAutograd
-    handed it over (before passes). CPU target only: trn targets run legality checks on the
-    lowered graph; dumps want the lowered graph too."""
-    from .targets import get_target
-
+    handed it over (before passes). Not for targets that check every lowered graph
+    (``Target.skips_lowering_when_cached``); dumps want the lowered graph too."""
     disk = disk_cache()
-    if disk is None or cfg.dump_dir or get_target(cfg.target).is_neuron:
+    if disk is None or cfg.dump_dir or not get_target(cfg.target).skips_lowering_when_cached:
         return None, None
     fx_key = known_key or fx_index_key(gm, cfg)
     entry = disk.get(fx_key, count=False) if fx_key is not None else None
@@ -404,8 +446,33 @@ def _index_lookup(
     return fx_key, (key, lowered)
 
 
-def _compile_region(
+def _stand_in(
     gm: fx.GraphModule,
+    lowered: LoweredGraph,
+    name: str,
+    kind: str,
+    cfg: NeuronConfig,
+    record: GraphRecord,
+    disk: DiskCache | None,
+) -> Any:
+    """The CPU stand-in of a graph whose module calls its target's kernels: the same FX graph
+    lowered for the cpu target (reference rules only), compiled for XLA's CPU client."""
+    cpu_lowered = lower_graph(gm)
+    events.publish(events.GraphLowered(record.name, name + STAND_IN, kind, gm, cpu_lowered))
+    if (cpu_lowered.inputs, cpu_lowered.outputs) != (lowered.inputs, lowered.outputs):
+        raise LoweringError(f"graph {name}: the CPU stand-in's calling plan differs", hint=BUG_HINT)
+    cpu_key = _key_of(cpu_lowered, cfg)
+    # Its own cache name and scratch record: the record's cache fields describe the target's
+    # artifact, and a miss is explained against earlier stand-ins, not against it.
+    scratch = GraphRecord(name=name, kind=kind, node_count=record.node_count)
+    cpu_art, cpu_text = _artifact(cpu_lowered, cpu_key, name + STAND_IN, cfg, scratch, disk)
+    record.verify_s += scratch.verify_s
+    cpu_sources = (cpu_lowered, cpu_key, name + STAND_IN, cfg, scratch, disk)
+    return _bound_executable(cpu_art, cpu_text, *cpu_sources)[1]
+
+
+def _compile_region(
+    gm: fx.GraphModule | None,
     name: str,
     kind: str,
     cfg: NeuronConfig,
@@ -414,80 +481,45 @@ def _compile_region(
     fx_key: str | None = None,
     indexed: tuple[CacheKey, LoweredGraph] | None = None,
 ) -> CompiledGraph:
-    """Lower one fully supported graph (unless the FX index already knows it), then get its
-    artifact and executable from the cache tiers (memory -> disk -> remote) or build them
-    (verify, serialize, XLA compile); record ``fx_key`` -> graph key in the index."""
-    from .targets import get_target
-
+    """Lower one fully supported graph for its target (unless the FX index already knows it),
+    let the target check it, then get its artifact and executable from the cache tiers
+    (memory -> disk -> remote) or build them; record ``fx_key`` -> graph key in the index."""
     t1 = time.perf_counter()
     disk = disk_cache()
     target = get_target(cfg.target)
     if indexed is not None:
         key, lowered = indexed
     else:
-        lowered = lower_graph(gm, neuron_calls=target.is_neuron, target=cfg.target, lnc=cfg.lnc)
+        lowered = lower_graph(gm, target=target, lnc=cfg.lnc)
         key = _key_of(lowered, cfg)
     t2 = time.perf_counter()
     record.lowering_s += t2 - t1
+    if indexed is None:
+        events.publish(events.GraphLowered(record.name, name, kind, gm, lowered))
     record.downcasts += lowered.downcasts
     record.cache_key = key.digest()
     if cfg.estimate != "off":  # roofline device time, summed over regions (None: unknown)
-        from .cost_model import estimate_for_record
-
-        est = estimate_for_record(lowered.text, cfg.estimate, cfg.lnc)
+        est = get_target(cfg.estimate).estimate(lowered.text, cfg.lnc)
         # Unknown as soon as one region is (an earlier region set est_target, not the total).
         unknown = est is None or (record.est_target != "" and record.est_device_s is None)
         record.est_device_s = None if unknown else (record.est_device_s or 0.0) + est
         record.est_target = cfg.estimate
-    if target.is_neuron:  # reject what neuronx-cc would, before any artifact exists
-        import os
-
-        from .legality import check_legality
-
-        flags = os.environ.get("NEURON_CC_FLAGS", "")
-        check_legality(gm, lowered, target, lnc=cfg.lnc, flags=flags, graph_name=name)
+    job = CompileJob(gm, lowered, cfg, name, cache_name(name))
+    target.check(job)  # reject what the target's compiler would, before any artifact exists
 
     def build() -> tuple[bytes, Any]:
         art, module_text = _artifact(lowered, key, name, cfg, record, disk)
         t = time.perf_counter()
-        if target.is_neuron:  # NEFF: cached, compiled, collected (precompile) or skipped
-            from . import neuronx_cc
-            from .runtime import neuron as neuron_rt
-
-            device = neuron_rt.available()
-            neff = neuronx_cc.neff_for_graph(  # from the key-bound text, not the cached artifact
-                lowered.text,
-                [[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
-                cfg=cfg,
-                graph_name=name,
-                cache_name=cache_name(name),
-                disk=disk,
-                device=device,
-            )
-            if neff is not None and device:  # run on Trainium; else the CPU runs the graph
-                exe = neuron_rt.NeuronExecutable(neff, lowered, lnc=int(cfg.lnc or 1))
-                record.executor_compile_s += time.perf_counter() - t
-                return art, exe
-        if lowered.custom_calls:  # XLA CPU runs the references behind neuronx-cc's kernels
-            cpu_lowered = lower_graph(gm)
-            if (cpu_lowered.inputs, cpu_lowered.outputs) != (lowered.inputs, lowered.outputs):
-                raise LoweringError(
-                    f"graph {name}: the CPU stand-in's calling plan differs", hint=BUG_HINT
-                )
-            cpu_key = _key_of(cpu_lowered, cfg)
-            # Its own cache name and scratch record: the record's cache fields describe the
-            # Neuron artifact, and a miss is explained against earlier stand-ins, not against it.
-            scratch = GraphRecord(name=name, kind=kind, node_count=record.node_count)
-            cpu_art, cpu_text = _artifact(cpu_lowered, cpu_key, name + STAND_IN, cfg, scratch, disk)
-            record.verify_s += scratch.verify_s
-            cpu_sources = (cpu_lowered, cpu_key, name + STAND_IN, cfg, scratch, disk)
-            _, exe = _bound_executable(cpu_art, cpu_text, *cpu_sources)
-        else:
+        exe = target.compile(job)
+        if exe is None and lowered.custom_calls:  # XLA CPU runs the target kernels' references
+            exe = _stand_in(gm, lowered, name, kind, cfg, record, disk)
+        elif exe is None:
             art, exe = _bound_executable(art, module_text, lowered, key, name, cfg, record, disk)
         record.executor_compile_s += time.perf_counter() - t
         return art, exe
 
-    mem_key = key.extend(target=f"{cfg.target}-lnc{cfg.lnc}") if target.is_neuron else key
+    tag = target.executable_tag(cfg)
+    mem_key = key if tag is None else key.extend(target=tag)
     (art, executable), record.executor_cache_hit = executable_cache.get_or_create(mem_key, build)
     if record.executor_cache_hit:
         record.cache_source = "memory"
@@ -501,17 +533,6 @@ def _compile_region(
                 components={"graph_key": record.cache_key},
             )
     record.artifact_bytes += len(art)
-    if cfg.dump_dir:
-        meta = {
-            "name": name,
-            "kind": kind,
-            "inputs": [vars(s) for s in lowered.inputs],
-            "outputs": [vars(o) for o in lowered.outputs],
-            "timings": record.as_dict(),
-            "artifact_form": cfg.artifact,
-        }
-        text = artifact_mod.pretty(lowered.text) if cfg.verify else lowered.text
-        gm.recompile()  # gm.code after the passes
-        dump_graph(cfg.dump_dir, name, gm, text, art, meta)
+    events.publish(events.RegionCompiled(record.name, name, kind, gm, lowered, art, cfg, record))
     constants = {s.attr: getattr(gm, s.attr) for s in lowered.inputs if s.attr}
     return CompiledGraph(name, lowered, executable, constants, record)

@@ -19,7 +19,6 @@ ENV_PREFIX = "NEURON_COMPILE_"
 _SIXTY_FOUR_BIT = ("downcast", "error")
 _FALLBACK = ("cpu", "error")
 _ARTIFACTS = ("portable", "bytecode", "hlo")
-_ESTIMATE = ("off", "trn2", "trn3")
 
 
 @dataclass(frozen=True)
@@ -97,30 +96,30 @@ class NeuronConfig:
             raise OptionsError(
                 f"invalid artifact={self.artifact!r}", hint=f"use one of {', '.join(_ARTIFACTS)}"
             )
-        from .targets import TARGET_CHOICES, get_target, resolve_lnc, resolve_target
+        from .targets import get_target, resolve_target, target_choices, target_names
 
-        if self.target not in TARGET_CHOICES:
+        if self.target not in target_choices():
             raise OptionsError(
-                f"invalid target={self.target!r}", hint=f"use one of {', '.join(TARGET_CHOICES)}"
+                f"invalid target={self.target!r}",
+                hint=f"use one of {', '.join(target_choices())}",
             )
         object.__setattr__(self, "target", resolve_target(self.target))
         target = get_target(self.target)
         if self.lnc is not None and (
-            isinstance(self.lnc, bool)
-            or self.lnc not in (target.lnc_choices if target.is_neuron else (1, 2))
+            isinstance(self.lnc, bool) or self.lnc not in target.lnc_choices
         ):
             raise OptionsError(
                 f"invalid lnc={self.lnc!r} for target {self.target}",
                 hint=f"use one of {', '.join(map(str, target.lnc_choices))} (NCC_EARG001)",
             )
-        if target.is_neuron:
-            object.__setattr__(self, "lnc", resolve_lnc(target, self.lnc))
+        object.__setattr__(self, "lnc", target.resolve_lnc(self.lnc))
         if self.estimate is None:
-            object.__setattr__(self, "estimate", self.target if target.is_neuron else "off")
+            object.__setattr__(self, "estimate", target.default_estimate())
             object.__setattr__(self, "_estimate_defaulted", True)  # not a field: no option key
-        if self.estimate not in _ESTIMATE:
+        estimates = ("off", *(n for n in target_names() if n != "cpu"))  # cpu: no cost model
+        if self.estimate not in estimates:
             raise OptionsError(
-                f"invalid estimate={self.estimate!r}", hint=f"use one of {', '.join(_ESTIMATE)}"
+                f"invalid estimate={self.estimate!r}", hint=f"use one of {', '.join(estimates)}"
             )
         if isinstance(self.optlevel, bool) or self.optlevel not in (1, 2, 3):
             raise OptionsError(f"invalid optlevel={self.optlevel!r}", hint="use 1, 2 or 3")
@@ -211,7 +210,7 @@ def load_config(
         if key not in OPTION_KEYS:
             raise OptionsError(
                 f"unknown option {raw_key!r}",
-                hint=f"valid keys: {', '.join(OPTION_KEYS)} (see README 'Options')",
+                hint=f"valid keys: {', '.join(OPTION_KEYS)} (see docs/options.md)",
             )
         values[key] = value
     for key in ("verify", "strict_recompile", "flash_attention", "aot_cache"):

@@ -1,4 +1,5 @@
-"""Debug artifacts under ``NEURON_COMPILE_DUMP_DIR`` (off by default): one directory per graph."""
+"""Debug artifacts under ``NEURON_COMPILE_DUMP_DIR`` (off by default): one directory per compiled
+region (a graph's own name when it has one), written on the ``RegionCompiled`` compile event."""
 
 from __future__ import annotations
 
@@ -10,25 +11,10 @@ from typing import Any
 
 import torch.fx as fx
 
+from . import events
+from .versions import versions
+
 log = logging.getLogger(__name__)
-
-
-def versions() -> dict[str, str]:
-    from importlib import metadata
-
-    import jaxlib
-    import torch
-
-    from . import __version__
-    from .artifact import stablehlo_version
-
-    return {
-        "neuron_compile": __version__,
-        "torch": torch.__version__,
-        "jax": metadata.version("jax"),
-        "jaxlib": jaxlib.__version__,
-        "stablehlo": stablehlo_version(),
-    }
 
 
 def dump_graph(
@@ -55,3 +41,26 @@ def dump_graph(
     except OSError as e:
         log.warning("could not dump %s to %s: %s", name, dump_dir, e)
         return None
+
+
+def _on_region_compiled(event: events.RegionCompiled) -> None:
+    """Dump a compiled region when ``dump_dir`` is set (never on an AOT-cache hit: no FX graph)."""
+    cfg = event.cfg
+    if not cfg.dump_dir or event.gm is None:
+        return
+    from .artifact import pretty
+
+    meta = {
+        "name": event.name,
+        "kind": event.kind,
+        "inputs": [vars(s) for s in event.lowered.inputs],
+        "outputs": [vars(o) for o in event.lowered.outputs],
+        "timings": event.record.as_dict(),
+        "artifact_form": cfg.artifact,
+    }
+    text = pretty(event.lowered.text) if cfg.verify else event.lowered.text
+    event.gm.recompile()  # gm.code after the passes
+    dump_graph(cfg.dump_dir, event.name, event.gm, text, event.artifact, meta)
+
+
+events.subscribe(_on_region_compiled, events.RegionCompiled)

@@ -243,7 +243,7 @@ class CacheUnsafeError(CacheError):
 
 
 class LegalityError(NeuronCompileError):
-    """Base of the trn legality violations (``neuron_compile/legality.py``)."""
+    """Base of the trn legality violations (``neuron_compile/trainium/legality.py``)."""
 
     code = "NC500"
 
@@ -290,7 +290,8 @@ class NeuronxCcNotFound(NeuronCompileError):
 
 class NeuronxCcError(NeuronCompileError):
     """neuronx-cc exited non-zero. Fields: ``ncc_code`` (first ``NCC_*`` code or None),
-    ``triage`` (see ``neuronx_cc.TRIAGE``), ``argv``, ``returncode``, ``log_tail``."""
+    ``triage`` (a class of ``trainium/triage.py``'s ``CLASSES``), ``argv``, ``returncode``,
+    ``log_tail``."""
 
     code = "NC522"
 

@@ -1,11 +1,14 @@
 """Per-graph compile metrics (``neuron_compile.metrics()``), per-bucket runtime metrics
-(``neuron_compile.bucket_metrics()``), and ``reset_metrics()`` clearing both."""
+(``neuron_compile.bucket_metrics()``), and ``reset_metrics()`` clearing both. Graph records come
+from the ``GraphCompiled`` compile event (events.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import threading
 from dataclasses import dataclass, field
+
+from . import events
 
 _lock = threading.Lock()
 _RECORDS: list[GraphRecord] = []
@@ -62,6 +65,13 @@ class GraphRecord:
 def add_record(record: GraphRecord) -> None:
     with _lock:
         _RECORDS.append(record)
+
+
+def _on_graph_compiled(event: events.GraphCompiled) -> None:
+    add_record(event.record)
+
+
+events.subscribe(_on_graph_compiled, events.GraphCompiled)
 
 
 class Metrics(list):

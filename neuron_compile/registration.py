@@ -7,15 +7,15 @@ when another distribution claims it; ``backend="neuron_compile"`` always means t
 
 from __future__ import annotations
 
-import threading
 import warnings
 from importlib import metadata
+
+from .warn_once import first_time, once_set
 
 BACKEND_NAMES = ("neuron", "neuron_compile")
 OUR_TARGET = "neuron_compile.backend:neuron_backend"
 
-_checked = False
-_lock = threading.Lock()
+_checked: set[str] = once_set()
 
 
 def other_registrations(name: str = "neuron") -> list[str]:
@@ -30,11 +30,8 @@ def other_registrations(name: str = "neuron") -> list[str]:
 
 def warn_if_name_clash() -> None:
     """Warn once per process if another distribution also registers ``neuron``."""
-    global _checked
-    with _lock:
-        if _checked:
-            return
-        _checked = True
+    if not first_time(_checked, "neuron"):
+        return
     others = other_registrations("neuron")
     if others:
         warnings.warn(

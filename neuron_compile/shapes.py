@@ -260,7 +260,9 @@ def _hashable(value: Any) -> bool:
 
 
 def bucket_for(size: int, buckets: Sequence[int]) -> int | None:
-    """The smallest bucket ``>= size``, or None when ``size`` exceeds the largest bucket."""
+    """The smallest bucket ``>= size`` of the ascending ``buckets``, or None when ``size``
+    exceeds the largest: the one lookup behind ``bucketing.bucket_size`` and the planner's
+    ``BucketPlan.bucket_for``."""
     i = bisect.bisect_left(list(buckets), size)
     return buckets[i] if i < len(buckets) else None
 

@@ -1,252 +1,167 @@
-"""Compilation targets as data: ``cpu`` (XLA CPU, the default without a device), ``trn2``, ``trn3``.
+"""Compilation targets: what the core asks of one, the ``cpu`` target, and how the others are found.
 
-Every number a pass, the legality checks, the neuronx-cc driver or a cost model needs about a
-target lives here, with its source (``/work/shared/reference/trainium-nki.md`` §1 and §3.5, AWS
-Neuron SDK docs). Nothing here imports torch, jaxlib or the Neuron SDK.
+The core (backend, compiler, lowering, passes, cache, runtime) never names a target. It asks the
+``Target`` of the config for everything that differs between targets: which lowering forms win
+over the reference rules, which passes run, what to check before compiling, how to compile and
+what the graph runs on. The base class *is* the ``cpu`` target: every hook is a no-op, and the
+graph runs on XLA's CPU client.
+
+Other targets are plugins, found through the ``neuron_compile.targets`` entry-point group (one
+entry per target name, ``pyproject.toml``); their package is imported only when one of them is
+chosen. Auto-detection asks the ``neuron_compile.device_probes`` group: each probe is a function
+that imports nothing but the standard library and returns the local device's target name or
+None. See ``docs/adding-a-target.md``.
 
 Target selection (``resolve_target``): ``options={"target": ...}`` > ``NEURON_COMPILE_TARGET`` >
-auto-detect (a Neuron device *and* the Neuron runtime present -> that device's family) > ``cpu``.
+auto-detect (a probe that finds its device) > ``cpu``.
 """
 
 from __future__ import annotations
 
-import ctypes.util
+import contextlib
 import functools
 import logging
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch.fx as fx
+
+    from .config import NeuronConfig
+    from .lowering.lower_graph import LoweredGraph
+    from .passes.base import GraphPass
 
 log = logging.getLogger(__name__)
 
-GiB = 2**30
-
-#: neuronx-cc's built-in custom-call targets (SDK ``compiler/error-codes/EHCA005.rst``); any other
-#: target is rejected with NCC_EHCA005 / NCC_EVRF015.
-NEURON_CUSTOM_CALLS: frozenset[str] = frozenset(
-    {
-        "AwsNeuronErf",
-        "AwsNeuronGelu",
-        "AwsNeuronGeluApprxTanh",
-        "AwsNeuronGeluBackward",
-        "AwsNeuronSilu",
-        "AwsNeuronSiluBackward",
-        "AwsNeuronRmsNorm",
-        "AwsNeuronSoftmax",
-        "AwsNeuronSoftmaxBackward",
-        "AwsNeuronCollectiveMatmul",
-        "AwsNeuronIntMatmult",
-        "AwsNeuronArgMax",
-        "AwsNeuronArgMin",
-        "AwsNeuronTopK",
-        "AwsNeuronDropoutMaskV1",
-        "AwsNeuronCustomNativeKernel",
-        "AwsNeuronCustomOp",
-        "AwsNeuronDevicePrint",
-        "ResizeNearest",
-        "ResizeBilinear",
-        "ResizeNearestGrad",
-        "AwsNeuronLNCShardingConstraint",
-        "AwsNeuronTransferWithStaticRing",
-        "AwsNeuronModuleMarkerStart-Forward",
-        "AwsNeuronModuleMarkerEnd-Forward",
-        "AwsNeuronModuleMarkerStart-Backward",
-        "AwsNeuronModuleMarkerEnd-Backward",
-        "NeuronBoundaryMarker-Start",
-        "NeuronBoundaryMarker-End",
-    }
-)
-
-#: Element types neuronx-cc compiles on NeuronCore v3/v4 (torch dtype names). 64-bit types are
-#: narrowed by our lowering (the 64-bit policy), so they never reach the compiler by default.
-_BASE_DTYPES = (
-    "float32",
-    "bfloat16",
-    "float16",
-    "float8_e5m2",
-    "int8",
-    "uint8",
-    "int16",
-    "uint16",
-    "int32",
-    "uint32",
-    "bool",
-)
+TARGET_GROUP = "neuron_compile.targets"
+PROBE_GROUP = "neuron_compile.device_probes"
 
 
 @dataclass(frozen=True)
-class TileLimits:
-    """NKI / hardware tile limits (``nki.language.tile_size``; trainium-nki.md §2.2)."""
+class CompileJob:
+    """One lowered graph on its way to an executable (``Target.compile``)."""
 
-    partition_max: int = 128  # pmax: partition dim of any SBUF/PSUM tile
-    psum_free_max_fp32: int = 512  # psum_bank_fmax: 2 KiB per partition per bank
-    psum_banks: int = 8
-    gemm_stationary_free_max: int = 128
-    gemm_moving_free_max: int = 512
-    sbuf_bytes_per_partition: int = 0  # usable bytes per partition (NKIPy HardwareConstants.h)
+    gm: fx.GraphModule
+    lowered: LoweredGraph
+    cfg: NeuronConfig
+    graph_name: str
+    cache_name: str  # the graph's name in cache entries and dumps
 
 
 @dataclass(frozen=True)
 class Target:
-    """One compilation target. Per-core numbers are per *physical* NeuronCore; use the
-    ``*_per_logical_core`` helpers for an LNC=2 logical core (two physical cores)."""
+    """A compilation target. This base class is the ``cpu`` target (XLA's CPU client)."""
 
-    name: str
-    #: ``neuronx-cc --target`` value; None for targets neuronx-cc does not compile (cpu).
-    neuronx_cc_target: str | None
-    #: Logical NeuronCore configs the target supports, and the default (``--lnc``).
-    lnc_choices: tuple[int, ...] = (1,)
-    default_lnc: int = 1
-    #: HBM per physical NeuronCore (chip HBM / 8 cores; trainium-nki.md §5 item 9).
-    hbm_per_core_bytes: int = 0
-    #: Allowed element types (torch dtype names).
-    dtypes: frozenset[str] = frozenset()
-    #: 64-bit integer types are native with ``--native-int64=enabled`` (NC-v3 and later).
-    native_int64_capable: bool = False
-    custom_calls: frozenset[str] = frozenset()
-    tiles: TileLimits = field(default_factory=TileLimits)
-    #: Dense peak FLOP/s per physical core by compute dtype (trainium-nki.md §1.4).
-    peak_flops: dict[str, float] = field(default_factory=dict)
-    #: HBM bandwidth share per physical core, bytes/s (min of HBM share and DMA cap).
-    hbm_bandwidth: float = 0.0
-    #: Graph-size proxy for neuronx-cc's instruction limit (NCC_EBVF030/EVRF007/EXTP004): an
-    #: upper bound on the estimated instruction count of one graph. The real limit is not
-    #: published; this bound is deliberately generous so it only stops pathological graphs.
-    max_instructions: int = 0
-    #: Physical cores per chip.
-    cores_per_chip: int = 8
+    name: str = "cpu"
+    #: Registry keys whose rules win over the reference rule for this target, in lookup order
+    #: (``lowering/registry.py``). Empty: reference rules only.
+    lowering_keys: tuple[str, ...] = ()
+    #: Logical-core configs the ``lnc`` option accepts.
+    lnc_choices: tuple[int, ...] = (1, 2)
+    #: Whether graphs may be served from the FX index and AOTAutogradCache, which skip lowering.
+    #: False for targets whose checks need the lowered graph on every compile.
+    skips_lowering_when_cached: bool = True
 
-    @property
-    def is_neuron(self) -> bool:
-        return self.neuronx_cc_target is not None
+    def resolve_lnc(self, lnc: int | None) -> int | None:
+        """The logical-core config graphs are compiled for (None: not meaningful here)."""
+        return lnc
 
-    def hbm_per_logical_core(self, lnc: int) -> int:
-        return self.hbm_per_core_bytes * lnc
+    def default_estimate(self) -> str:
+        """The ``estimate`` option's default: a target name whose cost model to run, or ``off``."""
+        return "off"
 
-    def peak_flops_per_logical_core(self, dtype: str, lnc: int) -> float:
-        return self.peak_flops.get(dtype, self.peak_flops.get("float32", 0.0)) * lnc
+    def kept_ops(self) -> Iterable[Any]:
+        """ATen ops that AOTAutograd must not decompose, because this target's lowering forms
+        want them whole."""
+        return ()
 
+    def pipeline(self, core: tuple[GraphPass, ...]) -> tuple[GraphPass, ...]:
+        """The passes run before lowering: the core pipeline plus this target's own."""
+        return core
 
-_TRN_TILES_V3 = TileLimits(sbuf_bytes_per_partition=212_984)
-_TRN_TILES_V4 = TileLimits(sbuf_bytes_per_partition=245_752)
+    def frame_routing(self, cfg: NeuronConfig) -> contextlib.AbstractContextManager[Any]:
+        """A context that routes a Dynamo frame's ops to this target's kernels while it is
+        traced (e.g. attention to a flash kernel)."""
+        return contextlib.nullcontext()
 
-TARGETS: dict[str, Target] = {
-    "cpu": Target(
-        name="cpu",
-        neuronx_cc_target=None,
-        dtypes=frozenset(_BASE_DTYPES) | {"float64", "int64", "complex64"},
-    ),
-    # Trn2 (NeuronCore-v3): 96 GiB HBM / 8 cores; 79 TF BF16, 158 TF FP8, 20 TF FP32 per core;
-    # HBM share 2.9 TB/s / 8 = 0.36 TB/s. F8E4M3FN is not supported (NCC_EVRF051).
-    "trn2": Target(
-        name="trn2",
-        neuronx_cc_target="trn2",
-        lnc_choices=(1, 2),
-        default_lnc=2,
-        hbm_per_core_bytes=12 * GiB,
-        dtypes=frozenset(_BASE_DTYPES),
-        native_int64_capable=True,
-        custom_calls=NEURON_CUSTOM_CALLS,
-        tiles=_TRN_TILES_V3,
-        peak_flops={"bfloat16": 79e12, "float16": 79e12, "float8": 158e12, "float32": 20e12},
-        hbm_bandwidth=0.36e12,
-        max_instructions=5_000_000,
-    ),
-    # Trn3 (NeuronCore-v4): 144 GiB HBM / 8 cores; 79 TF BF16, 315 TF MXFP8, 20 TF FP32 per
-    # core; HBM share min(4.9 TB/s / 8, DMA cap 0.528 TB/s). Adds native OCP F8E4M3FN.
-    "trn3": Target(
-        name="trn3",
-        neuronx_cc_target="trn3",
-        lnc_choices=(1, 2),
-        default_lnc=2,
-        hbm_per_core_bytes=18 * GiB,
-        dtypes=frozenset(_BASE_DTYPES) | {"float8_e4m3fn"},
-        native_int64_capable=True,
-        custom_calls=NEURON_CUSTOM_CALLS,
-        tiles=_TRN_TILES_V4,
-        peak_flops={
-            "bfloat16": 79e12,
-            "float16": 79e12,
-            "float8": 315e12,
-            "float32": 20e12,
-        },
-        hbm_bandwidth=0.53e12,
-        max_instructions=5_000_000,
-    ),
-}
+    def prepare_frame(self, gm: fx.GraphModule, cfg: NeuronConfig) -> None:
+        """Rewrite a Dynamo graph before AOTAutograd traces it (the same routing, on a graph)."""
 
-TARGET_NAMES: tuple[str, ...] = tuple(TARGETS)
-#: ``auto``: detect a device (else ``cpu``); accepted by ``options`` and the env var.
-TARGET_CHOICES: tuple[str, ...] = ("auto", *TARGET_NAMES)
+    def check(self, job: CompileJob) -> None:
+        """Raise what this target's compiler would reject, before any artifact exists."""
 
-#: EC2 instance-family prefix -> target (the runtime reports the family; torchneuron.md §2.4).
-_FAMILY_TO_TARGET = {"trn2": "trn2", "trn3": "trn3"}
-
-
-def get_target(name: str) -> Target:
-    """The ``Target`` named ``name`` (``cpu``, ``trn2``, ``trn3``); KeyError otherwise."""
-    return TARGETS[name]
-
-
-def is_neuron_target(name: str) -> bool:
-    """True for the targets neuronx-cc compiles for (False for ``cpu`` and unknown names)."""
-    target = TARGETS.get(name)
-    return target is not None and target.is_neuron
-
-
-def _has_device() -> bool:
-    return os.path.exists("/dev/neuron0")
-
-
-@functools.lru_cache(maxsize=1)
-def runtime_library() -> str | None:
-    """Path or soname of the Neuron runtime (``libnrt``), or None when it is not installed."""
-    for candidate in ("/opt/aws/neuron/lib/libnrt.so.1", "/opt/aws/neuron/lib/libnrt.so"):
-        if os.path.exists(candidate):
-            return candidate
-    return ctypes.util.find_library("nrt")
-
-
-def _instance_family() -> str | None:
-    """``trn2`` / ``trn3`` / ... from the DMI product name (``trn2.48xlarge`` -> ``trn2``)."""
-    try:
-        product = Path("/sys/devices/virtual/dmi/id/product_name").read_text().strip()
-    except OSError:
+    def compile(self, job: CompileJob) -> Any | None:
+        """An executable for ``job`` on this target's device, or None: XLA's CPU client runs the
+        graph (its own module, or, if it holds this target's kernel calls, the same FX graph
+        lowered for ``cpu``: the CPU stand-in)."""
         return None
-    family = product.split(".", 1)[0].rstrip("nu")  # trn2n / trn2u -> trn2
-    return family or None
+
+    def executable_tag(self, cfg: NeuronConfig) -> str | None:
+        """Distinguishes executables built from one module for different device configs in the
+        in-memory executable cache (None: the module decides alone)."""
+        return None
+
+    def estimate(self, module_text: str, lnc: int | None) -> float | None:
+        """Estimated device seconds of one module (the ``estimate`` option), None if unknown."""
+        raise NotImplementedError(f"target {self.name} has no cost model")
+
+    def diagnostics(self, text: str) -> list[Any]:
+        """This target compiler's diagnostics found in an error's text or log, triaged
+        (``report.model.NccDiagnostic``s), for CI reports."""
+        return []
+
+
+CPU = Target()
+
+
+def _entries(group: str) -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+@functools.cache
+def target_names() -> tuple[str, ...]:
+    """Every installed target's name, ``cpu`` first (no plugin is imported)."""
+    return ("cpu", *sorted(n for n in _entries(TARGET_GROUP) if n != "cpu"))
+
+
+def target_choices() -> tuple[str, ...]:
+    """What the ``target`` option accepts: ``auto`` (detect a device, else cpu) or a name."""
+    return ("auto", *target_names())
+
+
+@functools.cache
+def get_target(name: str) -> Target:
+    """The ``Target`` named ``name``; KeyError for a name no installed target has."""
+    if name == "cpu":
+        return CPU
+    entry = _entries(TARGET_GROUP).get(name)
+    if entry is None:
+        raise KeyError(name)
+    target = entry.load()
+    if not isinstance(target, Target) or target.name != name:
+        raise TypeError(f"entry point {entry.value} is not the Target {name!r}")
+    return target
+
+
+def _probes() -> list[Callable[[], str | None]]:
+    return [ep.load() for ep in _entries(PROBE_GROUP).values()]
 
 
 def detect_target() -> str:
-    """The target of the local Neuron device when a device and the runtime are present, else
-    ``cpu``. A device of a family without a target here (trn1, inf2) also yields ``cpu``."""
+    """The target of a local device a probe finds, else ``cpu``."""
     override = os.environ.get("NEURON_COMPILE_DETECTED_TARGET")  # tests of detection only
     if override:
         return override
-    if not (_has_device() and runtime_library()):
-        return "cpu"
-    family = _instance_family()
-    target = _FAMILY_TO_TARGET.get(family or "")
-    if target is None:
-        log.warning(
-            "Neuron device found but instance family %r has no neuron-compile target; using cpu",
-            family,
-        )
-        return "cpu"
-    return target
+    for probe in _probes():
+        found = probe()
+        if found is not None and found in target_names():
+            return found
+    return "cpu"
 
 
 def resolve_target(name: str | None) -> str:
     """``auto``/None -> ``detect_target()``; otherwise ``name`` (validated by the config)."""
     return detect_target() if name in (None, "", "auto") else name
-
-
-def resolve_lnc(target: Target, lnc: int | None) -> int:
-    """The logical-core config for ``target``: ``lnc`` if given, else the Neuron SDK's
-    ``NEURON_LOGICAL_NC_CONFIG`` (what the runtime will use), else the target default."""
-    if lnc is not None:
-        return lnc
-    env = os.environ.get("NEURON_LOGICAL_NC_CONFIG", "").strip()
-    if env.isdigit() and int(env) in target.lnc_choices:
-        return int(env)
-    return target.default_lnc

@@ -1,6 +1,6 @@
 """A TEST DOUBLE of the ``nki`` package (the real one exists only on Trainium hosts).
 
-Not AWS's NKI: it implements just the beta-3 surface ``neuron_compile.nki._kernel_config`` uses
+Not AWS's NKI: it implements just the beta-3 surface ``neuron_compile.trainium.kernels.nki._kernel_config`` uses
 (``nki.jit``, ``nki.compiler.ncc_driver.CompileOptions``,
 ``nki.framework.compiled.compile_kernel_to_nir(...).build_config()``), records every call, and
 answers with a fixed base64 JSON ``backend_config`` so tests can assert it is passed through
@@ -108,8 +108,9 @@ PMAX = 128  # nl.tile_size.pmax
 
 
 def _config_b64(func_name: str, grid: tuple[Any, ...], artifacts_dir: str) -> str:
-    # Like the real config, it points at the specialisation's artifact (trainium-nki.md §3.2),
-    # so two specialisations never share a config (nor a compile-cache entry).
+    # Like the real config, it points at the specialisation's artifact
+    # (docs/trainium-reference.md §R9), so two specialisations never share a config (nor a
+    # compile-cache entry).
     config = {
         "func_name": func_name,
         "grid": [repr(g) for g in grid],

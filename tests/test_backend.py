@@ -240,13 +240,15 @@ def test_verifier_error_is_a_coded_bug_report_naming_the_node(monkeypatch):
     from neuron_compile.lowering import registry
 
     aten = torch.ops.aten
-    key = (aten.sin.default, "stablehlo")
+    key = (aten.sin.default, registry.REFERENCE)
 
     def broken_rule(ctx, x):  # passes our Python type check, fails the MLIR verifier
         return ctx.emit.op1("add", [x], x.type)
 
     monkeypatch.setitem(
-        registry._LOWERINGS, key, registry.Lowering(broken_rule, registry.always, "stablehlo")
+        registry._LOWERINGS,
+        key,
+        registry.Lowering(broken_rule, registry.always, registry.REFERENCE),
     )
 
     def model(x):

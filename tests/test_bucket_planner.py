@@ -206,9 +206,9 @@ def test_inference_graph_text_lowers_what_the_backend_compiles_for_trn(monkeypat
     # The planner's trace routes SDPA to the flash op and passes the LNC to the lowering, as the
     # backend does for trn targets: with the NKI toolchain (TEST DOUBLES here) the module holds
     # the flash_fwd kernel call on the LNC's launch grid, not the math path.
-    from neuron_compile import nki as nki_mod
     from neuron_compile.bucket_planner import inference_graph_text
-    from neuron_compile.lowering.stablehlo import neuron_calls
+    from neuron_compile.trainium import lowering as neuron_calls
+    from neuron_compile.trainium.kernels import nki as nki_mod
     from tests import nki_double
 
     monkeypatch.setattr(nki_mod, "_WARNED", set())

@@ -47,7 +47,8 @@ def test_json_flag_after_the_subcommand():
 
 def test_precompile_passes_arguments_after_double_dash_to_the_script(monkeypatch):
     # Its help says script arguments go "after our options and --"; `--args "..."` also works.
-    from neuron_compile import cli, precompile
+    from neuron_compile import cli
+    from neuron_compile.trainium import precompile
 
     seen = {}
 

@@ -16,10 +16,10 @@ import torch
 from torch import Tensor
 
 import neuron_compile
-import neuron_compile.legality as legality_mod
-from neuron_compile import nki as nki_mod
+import neuron_compile.trainium.legality as legality_mod
 from neuron_compile.errors import NkiOpError
-from neuron_compile.nki import NkiFallbackWarning
+from neuron_compile.trainium.kernels import nki as nki_mod
+from neuron_compile.trainium.kernels.nki import NkiFallbackWarning
 from tests import nki_double
 
 ROOT = Path(__file__).resolve().parents[1]

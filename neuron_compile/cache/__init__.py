@@ -1,9 +1,7 @@
-"""Compilation caches. Today: an in-process LRU of executables keyed by artifact digest.
+"""Compilation caches: keys from named components (``key.CacheKey``), the in-process LRU of
+executables (``memory``), the crash-safe shareable disk and remote tiers (``store``, ``tiers``)."""
 
-NOTE: the crash-safe, shareable on-disk tier is issue #8; it builds on ``key.CacheKey``.
-"""
-
-from .key import CacheKey, artifact_key
+from .key import CacheKey
 from .memory import ExecutableCache, executable_cache
 
-__all__ = ["CacheKey", "ExecutableCache", "artifact_key", "executable_cache"]
+__all__ = ["CacheKey", "ExecutableCache", "executable_cache"]

@@ -6,9 +6,9 @@ it. What ties an entry to the key it sits under is that the key is a digest of n
 
 - every entry holding one of our artifacts (graph artifact, executable, NEFF) must re-derive
   its key from its manifest's components: an entry moved or copied under another key is refused;
-- a graph entry's ``module.stablehlo.mlir``, locations stripped, must hash to its ``module``
-  component (the artifact itself is checked against the module by the compiler before anything
-  is compiled from it: compiler._executable);
+- a graph entry's ``module.stablehlo.mlir`` must hash to its ``module`` component (the
+  artifact itself is checked against the module by the compiler before anything is compiled
+  from it: compiler._executable);
 - an executable entry's key names the sha256 of the artifact it was compiled from
   (``executable_key``): it is only looked up for, and served with, those exact bytes;
 - an FX index entry's payload must name, in its graph key's components, the hash of its own
@@ -16,8 +16,8 @@ it. What ties an entry to the key it sits under is that the key is a digest of n
   (fx_index.load_index re-derives the whole graph key from the payload's text and specs).
 
 ``binding_problem`` runs on every verified read (manifest.verify_files): the local tier, the
-remote tier, bundle imports and ``neuron-compile cache verify``. Cheap: one regex pass and one
-sha256 over the module text. Pure stdlib, like the store.
+remote tier, bundle imports and ``neuron-compile cache verify``. Cheap: one sha256 over the module
+text. Pure stdlib, like the store.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import hashlib
 import json
 from typing import Any
 
-from .key import key_of_components, strip_locations
+from .key import key_of_components
 
 ARTIFACT_FILE = "artifact"
 MODULE_FILE = "module.stablehlo.mlir"
@@ -48,7 +48,7 @@ def self_keyed(manifest: dict[str, Any]) -> bool:
 def module_digest(text: bytes | str) -> str:
     """``components["module"]`` of a module text (key.graph_key's definition)."""
     raw = text.decode() if isinstance(text, bytes) else text
-    return hashlib.sha256(strip_locations(raw).encode()).hexdigest()
+    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 def binding_problem(key: str, manifest: dict[str, Any], files: dict[str, bytes]) -> str | None:

@@ -2,7 +2,8 @@
 
 A graph's key names everything that decides what the compiler produces from it, and nothing
 else: weights are graph inputs (never in the key), and device index, rank, hostname, working
-directory and source locations never enter it, so two ranks on two hosts share entries.
+directory and source locations never enter it (the emitter writes no MLIR locations), so two
+ranks on two hosts share entries.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import hashlib
 import json
 import os
 import platform
-import re
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
+
+from ..versions import toolchain_versions
 
 SCHEMA_VERSION = 1  # bump to orphan every old entry
 
@@ -55,44 +56,6 @@ def key_of_components(parts: Iterable[tuple[str, str]] | dict[str, str]) -> str:
     ).hexdigest()
 
 
-def artifact_key(artifact: bytes, executor: str) -> CacheKey:
-    """Key of an executable: the exact artifact bytes and the executor that compiled them."""
-    return CacheKey(
-        (
-            ("schema", str(SCHEMA_VERSION)),
-            ("executor", executor),
-            ("artifact", hashlib.sha256(artifact).hexdigest()),
-        )
-    )
-
-
-_STRING = r'"(?:[^"\\]|\\.)*"'
-
-
-def _nested(depth: int) -> str:
-    """Balanced parentheses up to ``depth`` levels, string literals skipped whole."""
-    inner = rf'(?:[^()"]|{_STRING})*'
-    for _ in range(depth - 1):
-        inner = rf'(?:[^()"]|{_STRING}|\({inner}\))*'
-    return rf"\({inner}\)"
-
-
-# A string literal is matched (and kept, as group 1) before a location can start inside it, so
-# "alloc(" or "loc(" in a string attribute is content, not a location; callsite and fused
-# locations nest up to four levels.
-_LOC = re.compile(rf"({_STRING})|\s*(?<![\w.$#-])loc{_nested(4)}")
-_LOC_ALIAS = re.compile(r"^#loc\d*\s*=.*$\n?", re.MULTILINE)
-
-
-def strip_locations(text: str) -> str:
-    """Drop MLIR source locations (``loc(...)`` and ``#loc`` aliases): editing a comment above
-    the model must not invalidate a multi-hour neuronx-cc compile. Nothing else is dropped:
-    the result hashes to the key's ``module`` component (binding.py)."""
-    if "loc(" not in text and "#loc" not in text:  # our own lowering emits none: no regex pass
-        return text
-    return _LOC.sub(r"\1", _LOC_ALIAS.sub("", text))
-
-
 def _sha(data: bytes | str) -> str:
     return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
@@ -107,32 +70,6 @@ def package_source_hash() -> str:
         h.update(path.relative_to(root).as_posix().encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
-
-
-def _dist_version(name: str) -> str:
-    """Installed version of a distribution, ``absent`` without it. The PyPI placeholders of
-    neuronx-cc / nki (``WRONG PACKAGE``) carry version 0.0.x; they stay distinguishable."""
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
-@functools.lru_cache(maxsize=1)
-def toolchain_versions() -> dict[str, str]:
-    import jaxlib
-    import torch
-
-    from ..artifact import stablehlo_version
-
-    return {
-        "torch": torch.__version__,
-        "jax": _dist_version("jax"),  # not ``import jax``: ~0.5 s we never otherwise pay
-        "jaxlib": jaxlib.__version__,
-        "stablehlo": stablehlo_version(),
-        "neuronx-cc": _dist_version("neuronx-cc"),
-        "nki": _dist_version("nki"),
-    }
 
 
 def canonical_flags(flags: str | Iterable[str] | None) -> str:
@@ -175,7 +112,7 @@ def graph_key(
     """
     parts = {
         **environment_components(artifact_form, target=target, lnc=lnc, flags=flags),
-        "module": _sha(strip_locations(module_text)),
+        "module": _sha(module_text),
         "io": _sha(json.dumps(io_specs, sort_keys=True, default=str)),
         "replica_groups": json.dumps(replica_groups, default=list),
     }

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from ..warn_once import first_time, once_set
 from .signing import ENV_SIGNED_TIERS, ENV_SIGNING_KEY, TIER_SETS, Signer, make_signer
 
 log = logging.getLogger(__name__)
@@ -101,13 +102,12 @@ def expand_path(text: str) -> Path:
         raise ValueError(str(exc)) from None
 
 
-_warned: set[tuple[str, str]] = set()
+_warned: set[tuple[str, str]] = once_set()
 
 
 def _warn_once(name: str, value: str, why: str, valid: str, fallback: str) -> None:
-    if (name, value) in _warned:
+    if not first_time(_warned, (name, value)):
         return
-    _warned.add((name, value))
     log.warning(
         "[NC001] ignoring %s=%r: %s; valid: %s; using %s", name, value, why, valid, fallback
     )

@@ -8,14 +8,17 @@ broadcasting, so every rule agrees with eager PyTorch on the same corner cases.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from .emit import Emitter, TensorType, Value
+
+if TYPE_CHECKING:
+    from ..targets import Target
 
 #: the 64-bit policy: what each dtype becomes inside compiled graphs
 _CANONICAL = {torch.float64: torch.float32, torch.int64: torch.int32}
@@ -60,9 +63,40 @@ def promote_types(
 
 
 @dataclass
+class ModuleContext:
+    """What every rule of one module shares: the target it is lowered for, and state that
+    outlives one node. The ``Emitter`` only prints."""
+
+    #: ``None``: the cpu target (``targets.CPU``); typed loosely to keep this module target-free.
+    target: Target | None = None
+    #: logical-core config kernels are specialised for (None: not meaningful for the target)
+    lnc: int | None = None
+    #: RNG: the seed argument's position in the emitter's args and the graph's Threefry key
+    rng_arg_index: int | None = None
+    rng_state: Value | None = None
+    #: custom-call targets in emission order (``LoweringContext.custom_call``)
+    custom_call_targets: list[str] = field(default_factory=list)
+
+
+@dataclass
 class LoweringContext:
     emit: Emitter
     node: fx.Node
+    module: ModuleContext = field(default_factory=ModuleContext)
+
+    def custom_call(
+        self,
+        target: str,
+        operands: Sequence[Value],
+        result_types: Sequence[TensorType],
+        backend_config: str = "",
+        frontend_attributes: dict[str, str] | None = None,
+    ) -> list[Value]:
+        """``Emitter.custom_call``, recorded in the module's custom-call targets."""
+        self.module.custom_call_targets.append(target)
+        return self.emit.custom_call(
+            target, operands, result_types, backend_config, frontend_attributes
+        )
 
     # ---- output metadata ------------------------------------------------------------------
     @property

@@ -81,16 +81,6 @@ class Emitter:
         #: emitted body line index -> FX node being lowered when it was emitted (for error reports)
         self.line_nodes: dict[int, fx.Node | None] = {}
         self.current_node: fx.Node | None = None
-        #: RNG: the seed argument's position in ``args`` and the graph's Threefry key derived from it
-        self.rng_arg_index: int | None = None
-        self.rng_state: Value | None = None
-        #: True: ops that stand for a neuronx-cc kernel become its custom call (the module for
-        #: neuronx-cc); False: they lower to their reference decomposition (what XLA CPU runs).
-        self.neuron_calls = False
-        #: compile target and logical-core config (kernels are specialised for them)
-        self.target = "cpu"
-        self.lnc: int | None = None
-        self.custom_call_targets: list[str] = []  # in emission order
 
     # ---- plumbing -------------------------------------------------------------------------
     def _fresh(self, prefix: str = "") -> str:
@@ -153,10 +143,10 @@ class Emitter:
         frontend_attributes: dict[str, str] | None = None,
     ) -> list[Value]:
         """``stablehlo.custom_call @target``: the form neuronx-cc's built-in kernels take
-        (``api_version = 2``, no side effect, string ``backend_config``; trainium-nki.md §3.1).
-        ``frontend_attributes`` become ``mhlo.frontend_attributes`` (HLO frontend attributes,
-        e.g. ``has_collectives = "1"`` for NKI kernels; trainium-nki.md §3.3)."""
-        self.custom_call_targets.append(target)
+        (``api_version = 2``, no side effect, string ``backend_config``;
+        ``docs/trainium-reference.md`` §R8). ``frontend_attributes`` become
+        ``mhlo.frontend_attributes`` (HLO frontend attributes, e.g. ``has_collectives = "1"`` for
+        NKI kernels; §R9)."""
         config = escape_string(backend_config)
         attrs = (
             f'call_target_name = "{target}", has_side_effect = false, '

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
@@ -17,8 +17,11 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import BUG_HINT, LoweringError, UnsupportedOpError, user_frame
 from . import registry
-from .context import LoweringContext, canonical_dtype, tensor_type
+from .context import LoweringContext, ModuleContext, canonical_dtype, tensor_type
 from .emit import Emitter, TensorType, Value
+
+if TYPE_CHECKING:
+    from ..targets import Target
 
 #: InputSpec.index of the per-call RNG seed (see lowering/stablehlo/random.py)
 RNG_SEED = -2
@@ -106,11 +109,12 @@ class LoweredGraph:
     num_results: int
     downcasts: list[str] = field(default_factory=list)  # "name: float64 -> float32"
     emitter: Emitter | None = None
+    module: ModuleContext | None = None
 
     @property
     def custom_calls(self) -> list[str]:
         """Custom-call targets in the module, in emission order."""
-        return list(self.emitter.custom_call_targets) if self.emitter is not None else []
+        return list(self.module.custom_call_targets) if self.module is not None else []
 
     def node_at_line(self, line: int) -> fx.Node | None:
         """FX node that emitted 1-based ``line`` of ``text`` (for verifier errors)."""
@@ -154,8 +158,9 @@ def _computes_float64(node: fx.Node) -> bool:
     return not any(_is_float64(arg.meta.get("val")) for arg in node.all_input_nodes)
 
 
-def _empty_result(node: fx.Node) -> TensorType | None:
-    """The type of ``node``'s result when it is one tensor without elements, else None.
+def _empty_result(node: fx.Node) -> list[TensorType] | None:
+    """The types of ``node``'s results when every one is a tensor without elements (one tensor,
+    or a tuple such as ``cummax``'s values and indices), else None.
 
     Such a result has no values, only the shape and dtype the graph's metadata (eager's meta
     kernel) gives it, so it lowers to an empty constant of that type whatever the op. Rules then
@@ -165,21 +170,25 @@ def _empty_result(node: fx.Node) -> TensorType | None:
     so do effectful ones: a collective on an empty tensor is still a collective, never dropped.
     """
     val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or val.numel() != 0:
+    vals = list(val) if isinstance(val, (tuple, list)) else [val]
+    if not vals or not all(isinstance(v, torch.Tensor) and v.numel() == 0 for v in vals):
         return None
     from ..passes.effects import has_effects, is_random, mutates  # lazy: passes import lowering
 
     if is_random(node) or has_effects(node) or mutates(node):
         return None
-    return tensor_type(val)
+    return [tensor_type(v) for v in vals]
 
 
-def lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
+def lower_node(
+    emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any], module: ModuleContext
+) -> Any:
     """Lower one ``call_function`` node whose inputs are already in ``env``."""
     if node.target is operator.getitem:
         seq, idx = node.args
         return env[seq][idx]
-    entry = registry.lookup(node)
+    keys = module.target.lowering_keys if module.target is not None else ()
+    entry = registry.lookup(node, keys)
     if isinstance(entry, str):
         raise UnsupportedOpError(
             f"cannot lower {node.target}",
@@ -190,10 +199,11 @@ def lower_node(emitter: Emitter, node: fx.Node, env: dict[fx.Node, Any]) -> Any:
         )
     empty = _empty_result(node)
     if empty is not None:
-        return emitter.full(0, empty.shape, empty.dtype)
+        results = [emitter.full(0, t.shape, t.dtype) for t in empty]
+        return results if isinstance(node.meta["val"], (tuple, list)) else results[0]
     args = fx.node.map_arg(node.args, lambda n: env[n])
     kwargs = fx.node.map_arg(node.kwargs, lambda n: env[n])
-    ctx = LoweringContext(emitter, node)
+    ctx = LoweringContext(emitter, node, module)
     try:
         result = entry.rule(ctx, *args, **kwargs)
     except (UnsupportedOpError, LoweringError):
@@ -213,19 +223,18 @@ def lower_graph(
     gm: fx.GraphModule,
     func_name: str = "main",
     *,
-    neuron_calls: bool = False,
-    target: str = "cpu",
+    target: Target | None = None,
     lnc: int | None = None,
 ) -> LoweredGraph:
-    """Lower ``gm`` (ATen IR with ``meta["val"]`` on every node) to StableHLO text.
+    """Lower ``gm`` (ATen IR with ``meta["val"]`` on every node) to StableHLO text for
+    ``target`` (None: the cpu target, reference rules only).
 
-    ``neuron_calls``: ops that stand for neuronx-cc kernels become ``AwsNeuron*`` custom calls
-    (the module for neuronx-cc) instead of their reference decomposition (what XLA CPU runs).
-    Everything else is lowered identically either way.
+    A target's own forms (``Target.lowering_keys``: e.g. ``AwsNeuron*`` custom calls for
+    neuronx-cc) win over the reference rules; ``lnc`` is the logical-core config its kernels
+    are specialised for.
     """
     emitter = Emitter()
-    emitter.neuron_calls = neuron_calls
-    emitter.target, emitter.lnc = target, lnc
+    module = ModuleContext(target=target, lnc=lnc)
     env: dict[fx.Node, Any] = {}
     inputs: list[InputSpec] = []
     downcasts: list[str] = []
@@ -273,7 +282,7 @@ def lower_graph(
                 InputSpec(-1, node.name, ttype.shape, tensor.dtype, ttype.dtype, attr=node.target)
             )
         elif node.op == "call_function":
-            env[node] = lower_node(emitter, node, env)
+            env[node] = lower_node(emitter, node, env, module)
             if _computes_float64(node):
                 wide.append(node)
         elif node.op == "output":
@@ -284,13 +293,13 @@ def lower_graph(
                     f"{len(wide)} op(s) computing float64, first %{first.name} at "
                     f"{user_frame(first)}: torch.float64 -> torch.float32"
                 )
-            if emitter.rng_arg_index is not None:
-                seed = emitter.args[emitter.rng_arg_index]
+            if module.rng_arg_index is not None:
+                seed = emitter.args[module.rng_arg_index]
                 spec = InputSpec(RNG_SEED, "rng_seed", seed.shape, seed.dtype, seed.dtype)
-                inputs.insert(emitter.rng_arg_index, spec)
+                inputs.insert(module.rng_arg_index, spec)
             outputs, results = _plan_outputs(node, env, placeholder_index)
             text = emitter.module_text(results, func_name)
-            return LoweredGraph(text, inputs, outputs, len(results), downcasts, emitter)
+            return LoweredGraph(text, inputs, outputs, len(results), downcasts, emitter, module)
         else:
             raise UnsupportedOpError(f"FX node kind {node.op!r} is not supported", node=node)
     raise LoweringError("graph has no output node", hint=BUG_HINT)

@@ -106,7 +106,7 @@ def lower_reference(ctx: LoweringContext, fn: Callable[..., Any], *args: Any, **
     for sub_node in sub.graph.nodes:
         if sub_node.op == "call_function":
             try:
-                env[sub_node] = lower_node(ctx.emit, sub_node, env)
+                env[sub_node] = lower_node(ctx.emit, sub_node, env, ctx.module)
             except UnsupportedOpError as e:
                 raise UnsupportedOpError(
                     f"the reference of {node.target} uses an op without a lowering",

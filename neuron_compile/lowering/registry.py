@@ -1,9 +1,12 @@
-"""The lowering registry: ``@lowering(aten.op, ...)`` fills one dict keyed by ``(OpOverload, target)``.
+"""The lowering registry: ``@lowering(aten.op, ...)`` fills one dict keyed by ``(OpOverload, key)``.
+
+The key is ``reference`` (the default: the rule every target can run, and the one XLA CPU runs)
+or a target's own key, e.g. ``trn`` for the Trainium kernel forms (``AwsNeuron*`` custom calls,
+NKI kernels). ``lookup`` tries the target's keys (``Target.lowering_keys``) before the
+reference, like JAX's per-platform lowering overrides.
 
 Every entry carries a support predicate returning ``None`` (lowerable) or a reason string; the
-reason becomes the user-facing explanation (NC101 today, a fallback ``SplitReason`` once the
-partitioner lands). Lookup prefers the ``nki`` target over the ``stablehlo`` default, like JAX's
-per-platform lowering overrides.
+reason becomes the user-facing explanation (a fallback ``SplitReason``, or NC101).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from ..errors import RegistryError
 Support = Callable[[fx.Node], "str | None"]
 Rule = Callable[..., Any]
 
-TARGETS = ("nki", "stablehlo")  # lookup order
+#: The default registry key: the rule every target can run.
+REFERENCE = "reference"
 
 
 def always(node: fx.Node) -> str | None:
@@ -32,7 +36,7 @@ def always(node: fx.Node) -> str | None:
 class Lowering:
     rule: Rule
     supports: Support
-    target: str
+    key: str
     explicit: bool = True  # False when registered through an OpOverloadPacket expansion
 
 
@@ -49,10 +53,9 @@ def _expand(ops: Iterable[Any]) -> list[Any]:
     return out
 
 
-def lowering(
-    *ops: Any, target: str = "stablehlo", supports: Support = always
-) -> Callable[[Rule], Rule]:
-    """Register ``rule`` for ``ops`` (overloads, packets, or plain callables like ``operator.getitem``).
+def lowering(*ops: Any, key: str = REFERENCE, supports: Support = always) -> Callable[[Rule], Rule]:
+    """Register ``rule`` for ``ops`` (overloads, packets, or plain callables like ``operator.getitem``)
+    under registry ``key`` (``reference``, or a target's key such as ``trn``).
 
     A packet expands to every overload that no other rule registered explicitly, so a specific
     overload rule and a packet rule can live side by side regardless of import order.
@@ -62,14 +65,13 @@ def lowering(
         for op in ops:
             explicit = not isinstance(op, OpOverloadPacket)
             for overload in _expand([op]):
-                key = (overload, target)
-                entry = _LOWERINGS.get(key)
+                entry = _LOWERINGS.get((overload, key))
                 if entry is not None and explicit and entry.explicit:
                     owner = entry.rule.__qualname__
-                    raise RegistryError(f"{overload} is already lowered for {target} by {owner}")
+                    raise RegistryError(f"{overload} is already lowered for {key} by {owner}")
                 if entry is not None and not explicit:
                     continue  # an explicit overload rule wins over a packet expansion
-                _LOWERINGS[key] = Lowering(rule, supports, target, explicit)
+                _LOWERINGS[(overload, key)] = Lowering(rule, supports, key, explicit)
         return rule
 
     return register
@@ -85,7 +87,7 @@ _VALUE_TYPES = {"Tensor", "Optional[Tensor]", "number", "Optional[number]"}
 def int64_value_beyond_int32(node: fx.Node) -> int | None:
     """A Python int value argument outside int32 of an op on int64 (it would become an
     out-of-range int32 constant under the 64-bit policy), else None."""
-    if not isinstance(node.target, OpOverload) or torch.int64 not in _tensor_dtypes(node):
+    if not isinstance(node.target, OpOverload) or torch.int64 not in tensor_dtypes(node):
         return None
     schema = node.target._schema.arguments
     named = {a.name: a for a in schema}
@@ -102,8 +104,10 @@ def int64_value_beyond_int32(node: fx.Node) -> int | None:
     return None
 
 
-def lookup(node: fx.Node) -> Lowering | str:
-    """Return the lowering for ``node``, or the reason there is none."""
+def lookup(node: fx.Node, keys: Iterable[str] = ()) -> Lowering | str:
+    """Return the lowering for ``node``, or the reason there is none: the first rule of
+    ``keys`` (a target's ``lowering_keys``) whose predicate admits the node, else the
+    reference rule."""
     big = int64_value_beyond_int32(node)
     if big is not None:  # the op runs on the CPU instead
         return (
@@ -111,14 +115,14 @@ def lookup(node: fx.Node) -> Lowering | str:
             "the op runs eagerly on the CPU"
         )
     reasons = []
-    for target in TARGETS:
-        entry = _LOWERINGS.get((node.target, target))
+    for key in (*keys, REFERENCE):
+        entry = _LOWERINGS.get((node.target, key))
         if entry is None:
             continue
         why = entry.supports(node)
         if why is None:
             return entry
-        reasons.append(f"{target}: {why}")
+        reasons.append(why if key == REFERENCE else f"{key}: {why}")
     if reasons:
         return "; ".join(reasons)
     if isinstance(node.target, OpOverload):
@@ -126,13 +130,16 @@ def lookup(node: fx.Node) -> Lowering | str:
     return f"no lowering registered for {getattr(node.target, '__name__', node.target)}"
 
 
-def registered_ops(target: str = "stablehlo") -> list[str]:
-    """Names of every op with a rule for ``target`` (for ``neuron-compile ops``)."""
-    return sorted(str(op) for (op, t) in _LOWERINGS if t == target)
+def registered_ops(key: str = REFERENCE) -> list[str]:
+    """Names of every op with a rule under ``key`` (for ``neuron-compile ops``)."""
+    return sorted(str(op) for (op, k) in _LOWERINGS if k == key)
 
 
 # ---- reusable support predicates -------------------------------------------------------------
-def _tensor_dtypes(node: fx.Node) -> list[torch.dtype]:
+# The predicates and dtype sets live in ``rules.py`` (the rule authors' toolkit); what stays here
+# is what ``lookup`` itself needs.
+def tensor_dtypes(node: fx.Node) -> list[torch.dtype]:
+    """Dtypes of the tensor inputs and the tensor output of ``node`` (from ``meta["val"]``)."""
     dtypes = []
     for arg in node.all_input_nodes:
         val = arg.meta.get("val")
@@ -142,25 +149,3 @@ def _tensor_dtypes(node: fx.Node) -> list[torch.dtype]:
     if isinstance(val, torch.Tensor):
         dtypes.append(val.dtype)
     return dtypes
-
-
-def dtypes_in(*allowed: torch.dtype) -> Support:
-    """Supported when every tensor input and the output has one of ``allowed`` (64-bit types are
-    checked after the 64-bit policy maps them to 32-bit)."""
-    from .context import canonical_dtype
-
-    allowed_set = set(allowed)
-
-    def check(node: fx.Node) -> str | None:
-        bad = sorted(
-            {str(d) for d in _tensor_dtypes(node) if canonical_dtype(d) not in allowed_set}
-        )
-        return f"dtype {', '.join(bad)} not supported" if bad else None
-
-    check.__name__ = "dtypes_in(" + ", ".join(str(d) for d in allowed) + ")"
-    return check
-
-
-FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-INTS = (torch.int32, torch.int16, torch.int8, torch.uint8)
-ALL_DTYPES = FLOATS + INTS + (torch.bool,)

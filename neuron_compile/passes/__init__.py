@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..targets import is_neuron_target
 from .base import GraphPass, run_pipeline
 from .collapse_casts import collapse_casts
 from .eliminate_common_subexpressions import eliminate_common_subexpressions
@@ -12,7 +11,6 @@ from .fold_permutes import fold_permutes
 from .functionalize_inplace import functionalize_inplace
 from .rebase_strided_views import rebase_strided_views
 from .remove_noops import remove_noops
-from .rewrite_neuron_calls import rewrite_neuron_calls
 from .sink_transposes import sink_transposes
 
 PIPELINE: tuple[GraphPass, ...] = (
@@ -46,23 +44,16 @@ PIPELINE: tuple[GraphPass, ...] = (
     eliminate_dead_code,
 )
 
-#: Passes that only run for trn targets: they rewrite subgraphs into the custom calls neuronx-cc
-#: has dedicated kernels for. The CPU target never sees those calls. They run right after
-#: fold_permutes, i.e. before CSE: CSE could merge a pattern's interior with an unrelated equal
-#: node and give it an outside user, which blocks the rewrite.
-NEURON_PIPELINE: tuple[GraphPass, ...] = (rewrite_neuron_calls,)
 
+def pipeline_for(target_name: str) -> tuple[GraphPass, ...]:
+    """The passes run before lowering for the target named ``target_name``: the core pipeline
+    with the target's own passes placed in it (``Target.pipeline``)."""
+    from ..targets import get_target
 
-def pipeline_for(target: str) -> tuple[GraphPass, ...]:
-    """The passes run before lowering for ``target`` (``cpu``, ``trn2``, ``trn3``)."""
-    if not is_neuron_target(target):
-        return PIPELINE
-    at = PIPELINE.index(fold_permutes) + 1
-    return PIPELINE[:at] + NEURON_PIPELINE + PIPELINE[at:]
+    return get_target(target_name).pipeline(PIPELINE)
 
 
 __all__ = [
-    "NEURON_PIPELINE",
     "PIPELINE",
     "GraphPass",
     "collapse_casts",
@@ -74,7 +65,6 @@ __all__ = [
     "pipeline_for",
     "rebase_strided_views",
     "remove_noops",
-    "rewrite_neuron_calls",
     "run_pipeline",
     "sink_transposes",
 ]

@@ -7,7 +7,7 @@ absolute in that storage (``None`` means ``v``'s own offset). ``as_strided_scatt
 with ``self``'s geometry). A compiled region, though, only carries values: a region output is a
 fresh contiguous buffer, a view chain inside a region is a chain of reshapes and slices. So
 ``as_strided(_unsafe_view(x[1:3], [4, 4]), (2, 2), (8, 1), 0)`` read ``x[1:3]``'s 16 values where
-eager reads ``x``'s 24 (issue 17: ``[[8, 9], [16, 17]]`` instead of ``[[0, 1], [8, 9]]``, and
+eager reads ``x``'s 24 (``[[8, 9], [16, 17]]`` instead of ``[[0, 1], [8, 9]]``, and
 "setStorage ... out of bounds" on an empty view, whose storage was not empty in eager).
 
 Design: compute element addresses exactly, from what eager has. AOTAutograd's graph keeps the

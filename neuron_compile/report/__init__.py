@@ -11,7 +11,6 @@ from .collect import Collector, collect
 from .formats import FORMATS, RENDERERS, write_all
 from .gate import EXIT_CRASH, EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, exit_code, parse_fail_on
 from .model import CATEGORIES, SCHEMA_VERSION, Finding, GraphEntry, Location, Report
-from .ncc import parse_ncc
 
 __all__ = [
     "CATEGORIES",
@@ -30,6 +29,5 @@ __all__ = [
     "collect",
     "exit_code",
     "parse_fail_on",
-    "parse_ncc",
     "write_all",
 ]

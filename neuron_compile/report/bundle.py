@@ -18,11 +18,40 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .collect import Failure
+from .model import Location
+
+
+@dataclass
+class Failure:
+    """A compile error with what a failure bundle needs."""
+
+    error: BaseException
+    graph: str
+    kind: str
+    fx_code: str | None = None
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    stablehlo: str | None = None
+    flags: dict[str, Any] = field(default_factory=dict)
+    location: Location | None = None
+
+
+def stage(e: BaseException, f: Failure) -> str:
+    """Where the failure happened, which decides how a bundle replays it."""
+    code = getattr(e, "code", "")
+    if code == "NC103":
+        return "verify"
+    if code == "NC301":
+        return "executor"
+    if code in ("NC101", "NC102"):
+        return "lowering"
+    if str(code).startswith("NC52") or "NCC_" in str(e):
+        return "neuronx-cc"
+    return "compile" if f.fx_code else "frame"
+
 
 REPLAY = r'''#!/usr/bin/env python
 """Replay a neuron-compile failure without the model (written by `neuron-compile check`).
@@ -92,8 +121,7 @@ def _verifier(error: BaseException) -> dict[str, Any] | None:
 
 def write_bundle(failure: Failure, root: str | os.PathLike, *, index: int = 0) -> Path:
     """Write ``failure``'s bundle under ``root``; return its directory."""
-    from ..dump import versions
-    from .collect import _stage
+    from ..versions import versions
 
     e = failure.error
     code = getattr(e, "code", None) or "NC000"
@@ -112,7 +140,7 @@ def write_bundle(failure: Failure, root: str | os.PathLike, *, index: int = 0) -
         "message": str(e),
         "graph": failure.graph,
         "kind": failure.kind,
-        "stage": _stage(e, failure),
+        "stage": stage(e, failure),
         "where": str(failure.location) if failure.location else None,
         "verifier": _verifier(e) if code == "NC103" else None,
         "versions": versions(),

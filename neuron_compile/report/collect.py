@@ -14,10 +14,10 @@
 - in run mode, each compiled Dynamo frame's outputs compared with the same FX graph run eagerly
   (first call of each frame).
 
-It wraps three module-level functions for the duration (``backend.compile_frame``,
-``backend.compile_graph``, ``compiler.lower_graph``): the compiler has no hook API, and wrapping
-keeps the report's needs out of the compile path when no check runs. Wrappers re-raise whatever
-the compiler raises; they never change results.
+It subscribes to the compile events (``neuron_compile.events``) for the duration and patches
+nothing. Of the events' replaceable fields it sets ``FrameStarted.cfg`` (a check estimates device
+time for the first installed non-cpu target unless the user turned the estimate off) and, in run mode, ``FrameCompiled.compiled``
+(the comparing wrapper); it never changes results.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import logging
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,9 +33,11 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .. import events
 from ..errors import NeuronCompileError, user_frame
+from ..targets import get_target, target_names
+from .bundle import Failure, stage, write_bundle
 from .model import CATEGORY_CODES, Finding, GraphEntry, Location, Report
-from .ncc import parse_ncc
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +107,6 @@ class _BreakHandler(logging.Handler):
             self.sink.append(gb)
 
 
-def _frame_location(gm: fx.GraphModule) -> Location | None:
-    """The first user line of a Dynamo graph (where its frame's first op was called)."""
-    for node in gm.graph.nodes:
-        loc = Location.parse(user_frame(node))
-        if loc is not None:
-            return loc
-    return None
-
-
 def _mode_switch(event: str) -> bool:
     """A recompile for train <-> eval / no_grad only (``grad mode=False (was True)``, plus inputs
     such as BatchNorm's counters that eval mode no longer reads): a second program by design,
@@ -160,21 +152,8 @@ class _Frame:
     location: Location | None
     wide_location: Location | None
     recompile_event: str | None
+    subject: str | None = None
     graphs: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Failure:
-    """A compile error with what a failure bundle needs."""
-
-    error: BaseException
-    graph: str
-    kind: str
-    fx_code: str | None = None
-    inputs: list[dict[str, Any]] = field(default_factory=list)
-    stablehlo: str | None = None
-    flags: dict[str, Any] = field(default_factory=dict)
-    location: Location | None = None
 
 
 def _prefix(name: str) -> str:
@@ -238,14 +217,12 @@ class Collector:
         self._records: list[Any] = []
         self._seen: set[int] = set()
         self._cache: dict[str, Any] = {}
-        self._tls = threading.local()
+        self._texts: dict[str, str] = {}  # graph -> StableHLO of its last lowered region
         self._undo: list[Any] = []
         self._t0 = 0.0
 
     # ---- hooks -----------------------------------------------------------------------------
     def __enter__(self) -> Collector:
-        from .. import backend, compiler
-
         self._t0 = time.perf_counter()
         handler = _BreakHandler(self.breaks)
         for name in _GB_LOGGERS:
@@ -256,14 +233,14 @@ class Collector:
             lg.setLevel(logging.DEBUG)
             lg.addHandler(handler)
             self._undo.append(lambda lg=lg, saved=saved: self._restore_logger(lg, handler, saved))
-        for module, attr, wrap in (
-            (backend, "compile_frame", self._wrap_compile_frame),
-            (backend, "compile_graph", self._wrap_compile_graph),
-            (compiler, "lower_graph", self._wrap_lower_graph),
+        for kind, on in (
+            (events.FrameStarted, self._frame_started),
+            (events.FrameCompiled, self._frame_compiled),
+            (events.GraphLowered, self._graph_lowered),
+            (events.GraphCompiled, self._graph_compiled),
+            (events.GraphFailed, self._graph_failed),
         ):
-            original = getattr(module, attr)
-            setattr(module, attr, wrap(original))
-            self._undo.append(lambda m=module, a=attr, o=original: setattr(m, a, o))
+            self._undo.append(events.subscribe(on, kind))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -277,85 +254,73 @@ class Collector:
         lg.setLevel(saved[0])
         lg.propagate = saved[1]
 
-    def _wrap_compile_frame(self, original: Any) -> Any:
+    def _frame_started(self, ev: events.FrameStarted) -> None:
         from ..shapes import recompiles
 
-        def compile_frame(gm: fx.GraphModule, example_inputs: Any, cfg: Any, **kw: Any) -> Any:
-            # A check reports estimated trn2 device time even for a cpu compile, unless the
-            # user turned the estimate off.
-            if cfg.estimate == "off" and cfg.estimate_defaulted:
-                cfg = dataclasses.replace(cfg, estimate="trn2")
-            event = None
-            if kw.get("recompile"):
-                events = recompiles()
-                event = events[-1] if events else None
-            frame = _Frame(_frame_location(gm), _wide_input_location(gm, example_inputs), event)
-            prev = getattr(self._tls, "frame", None)
-            self._tls.frame = frame
-            try:
-                compiled = original(gm, example_inputs, cfg, **kw)
-            finally:
-                self._tls.frame = prev
-            if event is not None and not _mode_switch(event):
-                self.recompile_findings.append(
-                    Finding(
-                        "recompile",
-                        CATEGORY_CODES["recompile"],
-                        f"recompiled {event}",
-                        graph=frame.graphs[0] if frame.graphs else None,
-                        location=frame.location,
-                        details={"changed": event.split(": ", 1)[-1], "subject": kw.get("model")},
-                    )
+        # A check reports estimated device time (the first installed target with a cost model:
+        # trn2) even for a cpu compile, unless the user turned the estimate off.
+        if ev.cfg.estimate == "off" and ev.cfg.estimate_defaulted:
+            modelled = [name for name in target_names() if name != "cpu"]
+            if modelled:
+                ev.cfg = dataclasses.replace(ev.cfg, estimate=modelled[0])
+        change = None
+        if ev.recompile:
+            changes = recompiles()
+            change = changes[-1] if changes else None
+        where = _wide_input_location(ev.gm, ev.example_inputs)
+        self.frames[ev.name] = _Frame(Location.parse(ev.where), where, change, ev.model)
+
+    def _frame_compiled(self, ev: events.FrameCompiled) -> None:
+        frame = self.frames.get(ev.name)
+        if frame is None:
+            return
+        change = frame.recompile_event
+        if change is not None and not _mode_switch(change):
+            self.recompile_findings.append(
+                Finding(
+                    "recompile",
+                    CATEGORY_CODES["recompile"],
+                    f"recompiled {change}",
+                    graph=frame.graphs[0] if frame.graphs else None,
+                    location=frame.location,
+                    details={"changed": change.split(": ", 1)[-1], "subject": frame.subject},
                 )
-            return _Comparing(self, compiled, gm, frame) if self.mode == "run" else compiled
+            )
+        if self.mode == "run":
+            ev.compiled = _Comparing(self, ev.compiled, ev.gm, frame)
 
-        return compile_frame
+    def _graph_lowered(self, ev: events.GraphLowered) -> None:
+        self._texts[ev.graph] = ev.lowered.text
 
-    def _wrap_compile_graph(self, original: Any) -> Any:
+    def _graph_compiled(self, ev: events.GraphCompiled) -> None:
         from ..fallback import FallbackRunner
 
-        def compile_graph(gm: fx.GraphModule, example_inputs: Any, **kw: Any) -> Any:
-            name, kind, cfg = kw["name"], kw["kind"], kw["cfg"]
-            frame = getattr(self._tls, "frame", None)
-            if frame is not None:
-                frame.graphs.append(name)
-                self.frames.setdefault(_prefix(name), frame)
-            self._tls.texts = []
-            try:
-                runner = original(gm, example_inputs, **kw)
-            except BaseException as e:
-                frame = frame or self.frames.get(_prefix(name))
-                self.failures.append(
-                    Failure(
-                        e,
-                        name,
-                        kind,
-                        fx_code=gm.graph.python_code("self").src,  # current even if passes ran
-                        inputs=_specs(gm),
-                        stablehlo=self._tls.texts[-1] if self._tls.texts else None,
-                        flags={k: str(v) for k, v in vars(cfg).items()},
-                        location=Location.parse(getattr(e, "where", None))
-                        or (frame.location if frame else None),
-                    )
-                )
-                raise
-            if isinstance(runner, FallbackRunner):
-                self.reasons[name] = list(runner.reasons)
-            if getattr(cfg, "dump_dir", None):
-                self.artifacts.setdefault(name, {})["dump"] = f"{cfg.dump_dir}/{name}"
-            return runner
+        self._texts.pop(ev.name, None)
+        frame = self.frames.get(_prefix(ev.name))
+        if frame is not None:
+            frame.graphs.append(ev.name)
+        if isinstance(ev.runner, FallbackRunner):
+            self.reasons[ev.name] = list(ev.runner.reasons)
+        if getattr(ev.cfg, "dump_dir", None):
+            self.artifacts.setdefault(ev.name, {})["dump"] = f"{ev.cfg.dump_dir}/{ev.name}"
 
-        return compile_graph
-
-    def _wrap_lower_graph(self, original: Any) -> Any:
-        def lower_graph(gm: fx.GraphModule, *a: Any, **kw: Any) -> Any:
-            lowered = original(gm, *a, **kw)
-            texts = getattr(self._tls, "texts", None)
-            if texts is not None:
-                texts.append(lowered.text)
-            return lowered
-
-        return lower_graph
+    def _graph_failed(self, ev: events.GraphFailed) -> None:
+        frame = self.frames.get(_prefix(ev.name))
+        if frame is not None:
+            frame.graphs.append(ev.name)
+        self.failures.append(
+            Failure(
+                ev.error,
+                ev.name,
+                ev.kind,
+                fx_code=ev.gm.graph.python_code("self").src,  # current even if passes ran
+                inputs=_specs(ev.gm),
+                stablehlo=self._texts.pop(ev.name, None),
+                flags={k: str(v) for k, v in vars(ev.cfg).items()},
+                location=Location.parse(getattr(ev.error, "where", None))
+                or (frame.location if frame else None),
+            )
+        )
 
     # ---- run mode --------------------------------------------------------------------------
     def _compare(self, frame: _Frame, gm: fx.GraphModule, out: list, ref: list) -> None:
@@ -433,7 +398,6 @@ class Collector:
 
     def report(self) -> Report:
         from ..dump import versions
-        from .bundle import write_bundle
 
         self.snapshot()
         rep = Report(
@@ -557,7 +521,7 @@ class Collector:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         details = {
             "error_type": type(e).__name__,
-            "stage": _stage(e, f),
+            "stage": stage(e, f),
             "node": getattr(e, "node_name", None),
             "op": getattr(e, "op", None),
             "reason": getattr(e, "reason", None),
@@ -571,24 +535,10 @@ class Collector:
             graph=f.graph,
             location=f.location,
             details={k: v for k, v in details.items() if v is not None},
-            ncc=parse_ncc(
+            ncc=get_target(f.flags.get("target", "cpu")).diagnostics(
                 "\n".join(str(getattr(e, k, "") or "") for k in ("log_tail", "log")) + f"\n{e}"
             ),
         )
-
-
-def _stage(e: BaseException, f: Failure) -> str:
-    """Where the failure happened, which decides how a bundle replays it."""
-    code = getattr(e, "code", "")
-    if code == "NC103":
-        return "verify"
-    if code == "NC301":
-        return "executor"
-    if code in ("NC101", "NC102"):
-        return "lowering"
-    if str(code).startswith("NC52") or "NCC_" in str(e):
-        return "neuronx-cc"
-    return "compile" if f.fx_code else "frame"
 
 
 @contextlib.contextmanager

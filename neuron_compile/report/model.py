@@ -72,7 +72,7 @@ class Location:
 
 @dataclass
 class NccDiagnostic:
-    """One ``NCC_XXXXNNN`` error of neuronx-cc, triaged (``ncc.parse_ncc``)."""
+    """One ``NCC_XXXXNNN`` error of neuronx-cc, triaged (``Target.diagnostics``: ``trainium/triage.py``)."""
 
     code: str
     message: str

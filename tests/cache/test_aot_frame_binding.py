@@ -1,5 +1,5 @@
-"""An AOTAutogradCache entry is only loaded by the frame it was saved for (issue 23, Why item 3:
-"A's AOT entry placed under B's key made B run A's graphs").
+"""An AOTAutogradCache entry is only loaded by the frame it was saved for: A's AOT entry placed
+under B's key must never make B run A's graphs.
 
 PyTorch stores our ``NeuronOutputCode`` under AOTAutograd's key and never tells ``post_compile``
 which key that was; so each entry records the frame key of its Dynamo graph

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from neuron_compile.cache import key as key_mod
-from neuron_compile.cache.key import canonical_flags, executable_key, graph_key, strip_locations
+from neuron_compile.cache.key import canonical_flags, executable_key, graph_key
 
 TEXT = "module @m {\n  func.func public @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n    return %a : tensor<4xf32>\n  }\n}\n"
 IO = [[{"shape": [4], "dtype": "float32"}], [{"kind": "input", "index": 0}]]
@@ -79,15 +79,6 @@ def test_canonical_flags_ignore_spelling_and_order_but_not_repeats():
     assert canonical_flags("--i a --i b") != canonical_flags("--i b --i a")
 
 
-def test_locations_do_not_enter_the_key():
-    located = TEXT.replace(
-        "return %a : tensor<4xf32>", 'return %a : tensor<4xf32> loc("model.py":12:3)'
-    )
-    located += '#loc1 = loc("model.py":3:0)\n'
-    assert strip_locations(located) == TEXT
-    assert _key(text=located).digest() == _key().digest()
-
-
 def test_executable_key_adds_executor_host_and_artifact_only():
     exe = executable_key(_key(), "xla_cpu", b"artifact bytes")
     assert _key().explain(exe) == ["artifact", "executor", "host"]
@@ -130,13 +121,3 @@ def test_two_processes_two_dirs_two_ranks_give_identical_keys(tmp_path):
         digests.append(json.loads(out.stdout.strip().splitlines()[-1]))
     key_mod.package_source_hash.cache_clear()  # the sources as the subprocesses read them
     assert digests[0] == digests[1] == _key().digest()  # and equal to this process's key
-
-
-def test_location_stripping_keeps_string_attributes_whole():
-    """Only locations leave the key: ``loc(``-like text in a string attribute (or "alloc(" in a
-    kernel's source) is content, and two modules that differ there must not share a key."""
-    call = 'stablehlo.custom_call @k(%a) {backend_config = "CONFIG"} : (tensor<4xf32>) -> tensor<4xf32>'
-    a, b = (call.replace("CONFIG", c) for c in ("p = alloc(4) loc(1)", "p = alloc(8) loc(2)"))
-    assert strip_locations(a) == a and strip_locations(b) == b
-    nested = a + ' loc(callsite(loc("f(1).py":1:2) at loc(fused["g":3:4, "h":5:6])))'
-    assert strip_locations(nested) == a

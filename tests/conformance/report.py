@@ -1,4 +1,4 @@
-"""Summaries of conformance results: per-dtype counts, CSV, text table and the README's Markdown."""
+"""Summaries of conformance results: per-dtype counts, CSV, text table and the Markdown of docs/conformance.md."""
 
 from __future__ import annotations
 

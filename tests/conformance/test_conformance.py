@@ -208,10 +208,20 @@ def test_summary_counts_entries_and_pass_rate():
     assert "33.3%" in md and "`aten.x.default` (d)" in md
 
 
-def test_readme_section_replacement_keeps_the_rest_of_the_readme():
-    from tests.conformance.run import README_END, README_START, replace_section
+def test_doc_section_replacement_keeps_the_rest_of_the_doc():
+    from tests.conformance.run import DOC_END, DOC_START, replace_section
 
-    readme = f"# title\n{README_START}\nstale numbers\n{README_END}\n## next\n"
-    out = replace_section(readme, "| fresh | table |\n")
-    assert out == f"# title\n{README_START}\n| fresh | table |\n{README_END}\n## next\n"
+    doc = f"# title\n{DOC_START}\nstale numbers\n{DOC_END}\n## next\n"
+    out = replace_section(doc, "| fresh | table |\n")
+    assert out == f"# title\n{DOC_START}\n| fresh | table |\n{DOC_END}\n## next\n"
     assert replace_section(out, "| fresh | table |") == out  # idempotent
+
+
+def test_the_generated_section_lives_in_docs_conformance_md():
+    from tests.conformance.run import DOC_END, DOC_PATH, DOC_START
+    from tests.helpers import REPO_ROOT
+
+    doc = (REPO_ROOT / DOC_PATH).read_text()
+    assert doc.count(DOC_START) == 1 and doc.count(DOC_END) == 1
+    assert doc.index(DOC_START) < doc.index(DOC_END)
+    assert DOC_START not in (REPO_ROOT / "README.md").read_text()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 import neuron_compile.lowering.reference as reference
+import neuron_compile.trainium.lowering  # noqa: F401  (neuron_compile::softmax and its reference rule)
 from neuron_compile.lowering import lower_graph
 from tests.helpers import run_lowered, trace_aten
 

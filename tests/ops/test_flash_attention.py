@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from neuron_compile.ops.flash_attention import (
+from neuron_compile.trainium.kernels.flash_attention import (
     attention_backward_reference,
     attention_reference,
     flash_attention,

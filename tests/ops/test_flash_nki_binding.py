@@ -18,12 +18,12 @@ import torch.nn.functional as F
 from torch.testing import FileCheck
 
 from neuron_compile import artifact
-from neuron_compile import nki as nki_mod
 from neuron_compile.errors import LoweringError
 from neuron_compile.lowering.emit import Emitter, TensorType
-from neuron_compile.lowering.stablehlo import neuron_calls
-from neuron_compile.nki import NkiFallbackWarning
 from neuron_compile.runtime.xla_cpu import XlaCpuExecutable
+from neuron_compile.trainium import lowering as neuron_calls
+from neuron_compile.trainium.kernels import nki as nki_mod
+from neuron_compile.trainium.kernels.nki import NkiFallbackWarning
 from tests import nki_double
 
 pytestmark = pytest.mark.filterwarnings("ignore:neuron-compile. target trn2 without neuronx-cc")

@@ -27,7 +27,6 @@ from neuron_compile.passes import (
     functionalize_inplace,
     pipeline_for,
     remove_noops,
-    rewrite_neuron_calls,
     run_pipeline,
     sink_transposes,
 )
@@ -38,6 +37,7 @@ from neuron_compile.passes.effects import (
     is_impure,
     target_has_effects,
 )
+from neuron_compile.trainium.passes import rewrite_neuron_calls
 from tests.distributed.group import single_rank_group
 from tests.passes.graphs import count
 

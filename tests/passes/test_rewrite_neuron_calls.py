@@ -18,7 +18,8 @@ from neuron_compile.compiler import compile_graph
 from neuron_compile.config import NeuronConfig
 from neuron_compile.lowering import lower_graph
 from neuron_compile.passes import pipeline_for, run_pipeline
-from neuron_compile.passes.rewrite_neuron_calls import rewrite_neuron_calls
+from neuron_compile.targets import get_target
+from neuron_compile.trainium.passes import rewrite_neuron_calls
 from tests.passes.graphs import targets
 
 aten = torch.ops.aten
@@ -27,7 +28,7 @@ CPU = NeuronConfig(fallback="error", target="cpu")
 
 
 def _trace(fn, *args) -> fx.GraphModule:
-    """The trn2 ATen graph of ``fn`` (NEURON_KEPT ops stay whole), with fake ``meta['val']``."""
+    """The trn2 ATen graph of ``fn`` (the ops the trn target keeps whole stay whole), with fake ``meta['val']``."""
 
     def positional(*a):
         return fn(*a)
@@ -168,7 +169,7 @@ def test_forward_form_becomes_neuron_call_with_eager_numerics(case):
     assert not set(gone) & set(targets(gm))
     new = next(n for n in gm.graph.nodes if n.target is op.default)
     assert new.meta["val"].shape == args[0].shape
-    assert call in lower_graph(gm, neuron_calls=True).custom_calls
+    assert call in lower_graph(gm, target=get_target("trn2")).custom_calls
     assert lower_graph(gm).custom_calls == []  # the reference stands in on XLA CPU
     tol = {"atol": 2e-2, "rtol": 2e-2} if dtype else {}
     torch.testing.assert_close(_run_on_cpu(gm, args), fn(*args), **tol)
@@ -205,7 +206,7 @@ def _train_with_pass(fn, args):
         rewrite_neuron_calls(gm)
         gm.graph.lint()
         gm.recompile()
-        seen.append((targets(gm), lower_graph(gm, neuron_calls=True).custom_calls))
+        seen.append((targets(gm), lower_graph(gm, target=get_target("trn2")).custom_calls))
         return compile_graph(gm, example_inputs, name="t", kind="training", cfg=CPU)
 
     compiled = aot_function(fn, compiler, decompositions=decomposition_table("trn2"))
@@ -309,7 +310,7 @@ def test_near_miss_is_not_rewritten(case):
     before = gm.code
     assert not rewrite_neuron_calls(gm)
     assert gm.code == before
-    assert lower_graph(gm, neuron_calls=True).custom_calls == []
+    assert lower_graph(gm, target=get_target("trn2")).custom_calls == []
 
 
 def test_rms_weight_of_wrong_shape_is_not_fused():

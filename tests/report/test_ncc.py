@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from neuron_compile.report.ncc import parse_ncc, triage
+from neuron_compile.trainium.triage import parse_ncc, triage
 
 LOG = """\
 2026-11-30 08:00:01 INFO compiling module.mlir

@@ -40,7 +40,7 @@ class Double:
 
 @pytest.fixture
 def double(monkeypatch, tmp_path) -> Double:
-    from neuron_compile import neuronx_cc
+    from neuron_compile.trainium import neff, neuronx_cc
 
     monkeypatch.setenv("PATH", f"{DOUBLES}:{__import__('os').environ.get('PATH', '')}")
     monkeypatch.setenv("NEURONX_CC_DOUBLE_PYTHON", sys.executable)
@@ -49,14 +49,14 @@ def double(monkeypatch, tmp_path) -> Double:
     monkeypatch.delenv("NEURON_CC_FLAGS", raising=False)
     monkeypatch.setenv("NEURONX_CC_DOUBLE_MODE", "ok")
     neuronx_cc._version.cache_clear()
-    neuronx_cc._said.clear()
+    neff._said.clear()
     return Double(monkeypatch, tmp_path / "double.log")
 
 
 @pytest.fixture
 def no_neuronx_cc(monkeypatch):
     """No compiler anywhere: PATH without neuronx-cc and the env override unset."""
-    from neuron_compile import neuronx_cc
+    from neuron_compile.trainium import neff
 
     monkeypatch.setenv("NEURON_COMPILE_NEURONX_CC", "/nonexistent/neuronx-cc")
-    neuronx_cc._said.clear()
+    neff._said.clear()

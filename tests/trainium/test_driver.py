@@ -11,10 +11,11 @@ import torch
 
 import neuron_compile
 from neuron_compile import artifact as artifact_mod
-from neuron_compile import errors, neuronx_cc
+from neuron_compile import errors
 from neuron_compile.cache.memory import executable_cache
 from neuron_compile.cache.tiers import disk_cache
 from neuron_compile.config import load_config
+from neuron_compile.trainium import neff, neuronx_cc
 
 TEXT = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = stablehlo.add %a, %a : tensor<4xf32>
@@ -135,7 +136,7 @@ def test_neff_is_cached_and_negative_entries_stop_retries(double):
 def test_neff_key_includes_compiler_version_flags_target_and_lnc(double, monkeypatch):
     def key(**options):
         cfg = load_config({"target": "trn2", **options}, env={})
-        return neuronx_cc.neff_key(
+        return neff.neff_key(
             TEXT, [], artifact_form="portable", cfg=cfg, exe=double.path, input_name="module.mlir"
         )
 

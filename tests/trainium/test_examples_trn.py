@@ -11,7 +11,7 @@ from conv_net import ConvNet
 from train_gpt import GPTConfig, TinyGPT
 from train_mlp import MLP
 
-import neuron_compile.legality as legality_mod
+import neuron_compile.trainium.legality as legality_mod
 from neuron_compile import artifact as artifact_mod
 from neuron_compile.runtime.xla_cpu import XlaCpuExecutable
 from neuron_compile.targets import get_target

@@ -11,8 +11,8 @@ from train_gpt import GPTConfig, TinyGPT
 from train_mlp import MLP
 
 import neuron_compile
-from neuron_compile.runtime import neuron as neuron_rt
 from neuron_compile.targets import detect_target
+from neuron_compile.trainium import runtime as neuron_rt
 
 pytestmark = pytest.mark.neuron
 

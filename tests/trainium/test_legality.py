@@ -10,10 +10,10 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from neuron_compile import artifact, errors
-from neuron_compile.legality import check_legality, estimate_hbm_bytes, find_violations
 from neuron_compile.lowering import lower_graph
 from neuron_compile.lowering.lower_graph import LoweredGraph
 from neuron_compile.targets import get_target
+from neuron_compile.trainium.legality import check_legality, estimate_hbm_bytes, find_violations
 
 TRN2, TRN3 = get_target("trn2"), get_target("trn3")
 NO_TEXT = LoweredGraph(text="", inputs=[], outputs=[], num_results=0)

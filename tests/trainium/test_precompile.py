@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_compile import precompile
+from neuron_compile.trainium import precompile
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,7 +97,8 @@ def test_collect_compile_report_rerun_and_retry(double, tmp_path):
 
 @pytest.mark.slow
 def test_train_gpt_bucketed_precompile_then_cache_only(double, tmp_path):
-    """The issue's Done-when, on examples/train_gpt_bucketed.py (smaller run: 32 samples)."""
+    """Precompile, then a cache-only run, end to end on examples/train_gpt_bucketed.py (smaller
+    run: 32 samples)."""
     args = ["examples/train_gpt_bucketed.py", "--target", "trn2", "--dir", str(tmp_path)]
     args += ["--args", "--samples 32 --buckets 2"]
     first = _precompile(*args)

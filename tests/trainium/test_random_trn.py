@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from train_gpt import GPTConfig, TinyGPT
 
-import neuron_compile.legality as legality_mod
+import neuron_compile.trainium.legality as legality_mod
 from tests.helpers import train_losses
 
 #: a 64-bit element type of a value (``array<i64>`` attribute payloads are not values)

@@ -7,6 +7,7 @@ import pytest
 from neuron_compile import targets
 from neuron_compile.config import ENV_VARS, load_config
 from neuron_compile.errors import OptionsError
+from neuron_compile.trainium import probe
 
 
 def test_targets_are_data_with_the_documented_numbers():
@@ -20,23 +21,24 @@ def test_targets_are_data_with_the_documented_numbers():
     assert trn3.peak_flops["float8"] == 2 * trn2.peak_flops["float8"] - 1e12
     assert trn2.peak_flops_per_logical_core("bfloat16", 2) == 158e12
     assert 0 < trn2.hbm_bandwidth < trn3.hbm_bandwidth
-    assert not targets.get_target("cpu").is_neuron
+    assert targets.get_target("cpu") is targets.CPU and targets.CPU.lowering_keys == ()
+    assert trn2.lowering_keys == ("trn",) and not trn2.skips_lowering_when_cached
 
 
 def test_default_is_cpu_without_a_device(monkeypatch):
     monkeypatch.delenv("NEURON_COMPILE_DETECTED_TARGET", raising=False)
-    monkeypatch.setattr(targets, "_has_device", lambda: False)
+    monkeypatch.setattr(probe, "has_device", lambda: False)
     cfg = load_config({}, env={})
     assert cfg.target == "cpu" and cfg.lnc is None
 
 
 def test_auto_detects_the_device_family_when_the_runtime_is_present(monkeypatch):
     monkeypatch.delenv("NEURON_COMPILE_DETECTED_TARGET", raising=False)
-    monkeypatch.setattr(targets, "_has_device", lambda: True)
-    monkeypatch.setattr(targets, "runtime_library", lambda: "/opt/aws/neuron/lib/libnrt.so.1")
-    monkeypatch.setattr(targets, "_instance_family", lambda: "trn3")
+    monkeypatch.setattr(probe, "has_device", lambda: True)
+    monkeypatch.setattr(probe, "runtime_library", lambda: "/opt/aws/neuron/lib/libnrt.so.1")
+    monkeypatch.setattr(probe, "instance_family", lambda: "trn3")
     assert load_config({}, env={}).target == "trn3"
-    monkeypatch.setattr(targets, "runtime_library", lambda: None)  # device, no runtime
+    monkeypatch.setattr(probe, "runtime_library", lambda: None)  # device, no runtime
     assert load_config({}, env={}).target == "cpu"
 
 

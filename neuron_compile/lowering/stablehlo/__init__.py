@@ -18,7 +18,6 @@ from . import (  # noqa: F401
     linalg_factored,
     matmul,
     matrix_exp,
-    neuron_calls,
     normalization,
     polynomials,
     pooling,

@@ -2,7 +2,7 @@
 hardtanh. Their backward ops, and hardswish/hardsigmoid/mish/softplus, reach the backend already
 decomposed into elementwise ops.
 
-Low-precision inputs compute in float32 and round once (``_float_unary``), as eager's opmath does.
+Low-precision inputs compute in float32 and round once (``float_unary``), as eager's opmath does.
 """
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ import torch
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import ALL_DTYPES, dtypes_in, lowering
-from .elementwise import _float_unary, erf, floats_only
+from ..registry import lowering
+from ..rules import any_dtype, float_unary, unary_formula
+from .elementwise import erf
 
 aten = torch.ops.aten
 
 
-@lowering(aten.relu.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.relu.default, supports=any_dtype)
 def _lower_relu(ctx: LoweringContext, x: Value) -> Value:
     return ctx.emit.binary("maximum", x, ctx.full_like(0, x))
 
 
-@lowering(aten.gelu.default, supports=floats_only)
+@lowering(aten.gelu.default, supports=any_dtype)
 def _lower_gelu(ctx: LoweringContext, x: Value, approximate: str = "none") -> Value:
     e = ctx.emit
 
@@ -39,16 +40,13 @@ def _lower_gelu(ctx: LoweringContext, x: Value, approximate: str = "none") -> Va
             t = erf(ctx, e.binary("multiply", v, ctx.full_like(1.0 / math.sqrt(2.0), v)))
         return e.binary("multiply", half, e.binary("add", t, ctx.full_like(1.0, v)))
 
-    return _float_unary(ctx, x, body)
+    return float_unary(ctx, x, body)
 
 
-@lowering(aten.silu.default, supports=floats_only)
-def _lower_silu(ctx: LoweringContext, x: Value) -> Value:
-    e = ctx.emit
-    return _float_unary(ctx, x, lambda v: e.binary("multiply", v, e.unary("logistic", v)))
+unary_formula(aten.silu.default, lambda o, x: o.mul(x, o.logistic(x)))
 
 
-@lowering(aten.elu.default, supports=floats_only)
+@lowering(aten.elu.default, supports=any_dtype)
 def _lower_elu(
     ctx: LoweringContext, x: Value, alpha: float = 1.0, scale: float = 1.0, input_scale: float = 1.0
 ) -> Value:
@@ -63,10 +61,10 @@ def _lower_elu(
         y = e.select(e.compare(v, ctx.full_like(0, v), "GT"), v, neg)
         return y if scale == 1 else e.binary("multiply", y, ctx.full_like(scale, v))
 
-    return _float_unary(ctx, x, body)
+    return float_unary(ctx, x, body)
 
 
-@lowering(aten.leaky_relu.default, supports=floats_only)
+@lowering(aten.leaky_relu.default, supports=any_dtype)
 def _lower_leaky_relu(ctx: LoweringContext, x: Value, negative_slope: float = 0.01) -> Value:
     e = ctx.emit
     (x,) = ctx.promote(x, dtype=ctx.out_dtype)
@@ -74,7 +72,7 @@ def _lower_leaky_relu(ctx: LoweringContext, x: Value, negative_slope: float = 0.
     return e.select(e.compare(x, ctx.full_like(0, x), "GT"), x, scaled)
 
 
-@lowering(aten.hardtanh.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.hardtanh.default, supports=any_dtype)
 def _lower_hardtanh(
     ctx: LoweringContext, x: Value, min_val: float = -1.0, max_val: float = 1.0
 ) -> Value:

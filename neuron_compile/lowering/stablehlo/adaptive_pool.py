@@ -19,17 +19,16 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import TensorType, Value
 from ..registry import lowering
+from ..rules import floats, minmax_init
 from .pooling import (
-    _adaptive_matrix,
-    _float_values,
-    _max_with_index,
-    _plane_index,
-    _scatter_at_indices,
-    _take_windows,
-    _window_table,
-    floats,
+    adaptive_matrix,
+    float_first_arg,
+    max_with_index,
+    plane_index,
+    scatter_at_indices,
+    take_windows,
+    window_table,
 )
-from .reduction import _minmax_init
 
 aten = torch.ops.aten
 
@@ -48,7 +47,7 @@ def _contract_each(ctx: LoweringContext, x: Value, mats: Sequence[np.ndarray]) -
 
 
 def _avg_matrices(in_sizes: Sequence[int], out_sizes: Sequence[int]) -> list[np.ndarray]:
-    return [_adaptive_matrix(i, o) for i, o in zip(in_sizes, out_sizes, strict=True)]
+    return [adaptive_matrix(i, o) for i, o in zip(in_sizes, out_sizes, strict=True)]
 
 
 @lowering(aten._adaptive_avg_pool3d.default, supports=floats)
@@ -82,24 +81,24 @@ def _lower_adaptive_max_pool3d(
     e = ctx.emit
     n = 3
     outs, ins = ctx.out_type(0).shape[-n:], x.shape[-n:]
-    tables = [_window_table(i, o) for i, o in zip(ins, outs, strict=True)]
+    tables = [window_table(i, o) for i, o in zip(ins, outs, strict=True)]
     r = x.rank
     windows = []
-    for v in (x, _plane_index(ctx, x, n)):
+    for v in (x, plane_index(ctx, x, n)):
         # each spatial dim d (shifted by the window axes inserted before it) becomes (out, K)
         for i, table in enumerate(tables):
-            v = _take_windows(ctx, v, r - n + 2 * i, table)
+            v = take_windows(ctx, v, r - n + 2 * i, table)
         windows.append(v)  # (..., O1, K1, O2, K2, O3, K3)
-    inits = [e.scalar(_minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
+    inits = [e.scalar(minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
     window_axes = [r - n + 2 * i + 1 for i in range(n)]
     values, indices = e.reduce(
-        windows, inits, window_axes, lambda av, ai, bv, bi: _max_with_index(ctx, av, ai, bv, bi)
+        windows, inits, window_axes, lambda av, ai, bv, bi: max_with_index(ctx, av, ai, bv, bi)
     )
     return values, e.convert(indices, ctx.out_type(1).dtype)
 
 
-@lowering(aten.adaptive_max_pool3d_backward.default, supports=_float_values)
+@lowering(aten.adaptive_max_pool3d_backward.default, supports=float_first_arg)
 def _lower_adaptive_max_pool3d_backward(
     ctx: LoweringContext, grad_out: Value, x: Value, indices: Value
 ) -> Value:
-    return _scatter_at_indices(ctx, grad_out, x, indices, 3)
+    return scatter_at_indices(ctx, grad_out, x, indices, 3)

@@ -22,11 +22,11 @@ import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import FLOATS, dtypes_in, lowering
+from ..registry import lowering
+from ..rules import floats
 from .reduction import moments
 
 aten = torch.ops.aten
-floats = dtypes_in(*FLOATS)
 
 Outputs = tuple[Value, Value, Value]
 

@@ -14,9 +14,8 @@ import math
 import torch
 
 from ..emit import Value
-from .elementwise import _polynomial
-from .special import _bessel, _chbevl, _eq, _is_finite
-from .transcendental import _Ops, _register
+from ..rules import Ops, chbevl, polynomial, unary_formula
+from .special import bessel_i
 
 aten = torch.ops.aten
 
@@ -170,11 +169,11 @@ _QUARTER_PI = 0.785398163397448309615660845819875721
 _THREE_QUARTER_PI = 2.356194490192344928846982537459627163
 
 
-def _horner(o: _Ops, z: Value, coeffs: tuple[float, ...]) -> Value:
-    return _polynomial(o.ctx, z, coeffs)  # the one Horner evaluator (elementwise.py)
+def _horner(o: Ops, z: Value, coeffs: tuple[float, ...]) -> Value:
+    return polynomial(o.ctx, z, coeffs)  # the one Horner evaluator (rules.py)
 
 
-def _asymptotic(o: _Ops, a: Value, order: int, second_kind: bool) -> Value:
+def _asymptotic(o: Ops, a: Value, order: int, second_kind: bool) -> Value:
     """Hankel's asymptotic form for |x| > 5 shared by J and Y of order 0 / 1:
     sqrt(2 / (pi x)) (P cos(x - phase) - 5/x Q sin(x - phase)) (sin / cos swapped, + for Y)."""
     pp, pq, qp, qq = (
@@ -196,7 +195,7 @@ def _asymptotic(o: _Ops, a: Value, order: int, second_kind: bool) -> Value:
     return o.div(o.mul(y, _SQRT_2_OVER_PI), o.sqrt(a))
 
 
-def _j0(o: _Ops, x: Value) -> Value:
+def _j0(o: Ops, x: Value) -> Value:
     e = o.e
     a = o.abs(x)
     z = o.mul(a, a)
@@ -208,11 +207,11 @@ def _j0(o: _Ops, x: Value) -> Value:
     return e.select(_le(o, a, 5.0), small, _asymptotic(o, a, 0, False))
 
 
-def _le(o: _Ops, a: Value, b: float) -> Value:
+def _le(o: Ops, a: Value, b: float) -> Value:
     return o.e.compare(a, o.c(b), "LE")
 
 
-def _j1(o: _Ops, x: Value) -> Value:
+def _j1(o: Ops, x: Value) -> Value:
     e = o.e
     a = o.abs(x)
     z = o.mul(a, a)
@@ -225,22 +224,22 @@ def _j1(o: _Ops, x: Value) -> Value:
     return e.select(o.lt(x, 0.0), o.negate(y), y)
 
 
-def _second_kind_edges(o: _Ops, x: Value, y: Value) -> Value:
+def _second_kind_edges(o: Ops, x: Value, y: Value) -> Value:
     """Y and K are NaN for x < 0 (the pole at 0 is the caller's: -inf for Y, +inf for K)."""
     return o.e.select(o.lt(x, 0.0), o.c(math.nan), y)
 
 
-def _y0(o: _Ops, x: Value) -> Value:
+def _y0(o: Ops, x: Value) -> Value:
     e = o.e
     z = o.mul(x, x)
     small = o.div(_horner(o, z, _Y0_YP), _horner(o, z, _Y0_YQ))
     small = o.add(small, o.mul(o.mul(o.log(x), _TWO_OVER_PI), _j0(o, x)))
     y = e.select(_le(o, x, 5.0), small, _asymptotic(o, x, 0, True))
     y = _second_kind_edges(o, x, y)
-    return e.select(_eq(o, x, 0.0), o.c(-math.inf), y)
+    return e.select(o.eq(x, 0.0), o.c(-math.inf), y)
 
 
-def _y1(o: _Ops, x: Value) -> Value:
+def _y1(o: Ops, x: Value) -> Value:
     e = o.e
     z = o.mul(x, x)
     small = o.mul(x, o.div(_horner(o, z, _Y1_YP), _horner(o, z, _Y1_YQ)))
@@ -248,31 +247,31 @@ def _y1(o: _Ops, x: Value) -> Value:
     small = o.add(small, o.mul(log_term, _TWO_OVER_PI))
     y = e.select(_le(o, x, 5.0), small, _asymptotic(o, x, 1, True))
     y = _second_kind_edges(o, x, y)
-    return e.select(_eq(o, x, 0.0), o.c(-math.inf), y)
+    return e.select(o.eq(x, 0.0), o.c(-math.inf), y)
 
 
-def _k(o: _Ops, x: Value, order: int, scaled: bool) -> Value:
+def _k(o: Ops, x: Value, order: int, scaled: bool) -> Value:
     """K0/K1 (``scaled``: times exp(x)): below 2 a Chebyshev series in x^2 - 2 plus the log term
     with I0/I1, beyond one in 8/x - 2 over sqrt(x)."""
     e = o.e
     ca, cb = (_K0_A, _K0_B) if order == 0 else (_K1_A, _K1_B)
-    series = _chbevl(o, o.sub(o.mul(x, x), 2.0), ca)
+    series = chbevl(o, o.sub(o.mul(x, x), 2.0), ca)
     log_half = o.log(o.mul(x, 0.5))
     if order == 0:
-        small = o.sub(series, o.mul(log_half, _bessel(o, x, 0, scaled=False)))
+        small = o.sub(series, o.mul(log_half, bessel_i(o, x, 0, scaled=False)))
     else:
-        small = o.add(o.mul(log_half, _bessel(o, x, 1, scaled=False)), o.div(series, x))
-    large = o.div(_chbevl(o, o.sub(o.div(8.0, x), 2.0), cb), o.sqrt(x))
+        small = o.add(o.mul(log_half, bessel_i(o, x, 1, scaled=False)), o.div(series, x))
+    large = o.div(chbevl(o, o.sub(o.div(8.0, x), 2.0), cb), o.sqrt(x))
     if scaled:
         small = o.mul(small, o.exponential(x))
     else:
         large = o.mul(o.exponential(o.negate(x)), large)
     y = e.select(_le(o, x, 2.0), small, large)
     y = _second_kind_edges(o, x, y)
-    return e.select(_eq(o, x, 0.0), o.c(math.inf), y)
+    return e.select(o.eq(x, 0.0), o.c(math.inf), y)
 
 
-def _spherical_j0(o: _Ops, x: Value) -> Value:
+def _spherical_j0(o: Ops, x: Value) -> Value:
     e = o.e
     z = o.mul(x, x)
     poly = o.c(1.0 / 6227020800.0)
@@ -280,7 +279,7 @@ def _spherical_j0(o: _Ops, x: Value) -> Value:
         poly = o.add(o.mul(z, poly), c)
     small = o.add(o.mul(z, poly), 1.0)
     y = e.select(o.lt(o.abs(x), 0.5), small, o.div(o.sine(x), x))
-    return e.select(_is_finite(o, x), y, e.select(_eq(o, o.abs(x), math.inf), o.c(0.0), y))
+    return e.select(o.isfinite(x), y, e.select(o.eq(o.abs(x), math.inf), o.c(0.0), y))
 
 
 # ---- Airy Ai ---------------------------------------------------------------------------------
@@ -290,7 +289,7 @@ _INV_SQRT_PI = 5.64189583547756286948e-01
 _F32_EPS = float(torch.finfo(torch.float32).eps)
 
 
-def _airy_series(o: _Ops, x: Value) -> Value:
+def _airy_series(o: Ops, x: Value) -> Value:
     """c1 f(x) - c2 g(x) with the Maclaurin series f, g summed until each element's last term is
     below float32 epsilon relative to f (eager's loop condition), for -2.09 <= x < 2.09 (other
     elements start out finished, so they never hold the loop up)."""
@@ -320,7 +319,7 @@ def _airy_series(o: _Ops, x: Value) -> Value:
     return o.sub(o.mul(f, _AIRY_C1), o.mul(g, _AIRY_C2))
 
 
-def _airy_ai(o: _Ops, x: Value) -> Value:
+def _airy_ai(o: Ops, x: Value) -> Value:
     e = o.e
     # x < -2.09: oscillating asymptotic form in z = 1 / zeta, zeta = 2/3 (-x)^(3/2)
     neg = o.negate(x)
@@ -344,18 +343,18 @@ def _airy_ai(o: _Ops, x: Value) -> Value:
     y = e.select(e.compare(x, o.c(2.09), "GE"), decay, _airy_series(o, x))
     y = e.select(o.lt(x, -2.09), osc, y)
     y = e.select(e.compare(x, o.c(103.892), "GT"), o.c(0.0), y)
-    return e.select(_eq(o, o.abs(x), math.inf), o.c(math.nan), y)
+    return e.select(o.eq(o.abs(x), math.inf), o.c(math.nan), y)
 
 
-_register(aten.special_bessel_j0.default, _j0)
-_register(aten.special_bessel_j1.default, _j1)
-_register(aten.special_bessel_y0.default, _y0)
-_register(aten.special_bessel_y1.default, _y1)
-_register(aten.special_modified_bessel_i0.default, lambda o, x: _bessel(o, x, 0, scaled=False))
-_register(aten.special_modified_bessel_i1.default, lambda o, x: _bessel(o, x, 1, scaled=False))
-_register(aten.special_modified_bessel_k0.default, lambda o, x: _k(o, x, 0, scaled=False))
-_register(aten.special_modified_bessel_k1.default, lambda o, x: _k(o, x, 1, scaled=False))
-_register(aten.special_scaled_modified_bessel_k0.default, lambda o, x: _k(o, x, 0, scaled=True))
-_register(aten.special_scaled_modified_bessel_k1.default, lambda o, x: _k(o, x, 1, scaled=True))
-_register(aten.special_spherical_bessel_j0.default, _spherical_j0)
-_register(aten.special_airy_ai.default, _airy_ai)
+unary_formula(aten.special_bessel_j0.default, _j0)
+unary_formula(aten.special_bessel_j1.default, _j1)
+unary_formula(aten.special_bessel_y0.default, _y0)
+unary_formula(aten.special_bessel_y1.default, _y1)
+unary_formula(aten.special_modified_bessel_i0.default, lambda o, x: bessel_i(o, x, 0, scaled=False))
+unary_formula(aten.special_modified_bessel_i1.default, lambda o, x: bessel_i(o, x, 1, scaled=False))
+unary_formula(aten.special_modified_bessel_k0.default, lambda o, x: _k(o, x, 0, scaled=False))
+unary_formula(aten.special_modified_bessel_k1.default, lambda o, x: _k(o, x, 1, scaled=False))
+unary_formula(aten.special_scaled_modified_bessel_k0.default, lambda o, x: _k(o, x, 0, scaled=True))
+unary_formula(aten.special_scaled_modified_bessel_k1.default, lambda o, x: _k(o, x, 1, scaled=True))
+unary_formula(aten.special_spherical_bessel_j0.default, _spherical_j0)
+unary_formula(aten.special_airy_ai.default, _airy_ai)

@@ -22,11 +22,11 @@ import torch
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import FLOATS, dtypes_in, lowering
+from ..registry import lowering
+from ..rules import floats
 from .reduction import sum_
 
 aten = torch.ops.aten
-floats = dtypes_in(*FLOATS)
 
 
 def _dims(spec: str, n: int) -> str:

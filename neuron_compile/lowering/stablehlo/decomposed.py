@@ -1,14 +1,15 @@
-"""ATen ops kept whole for trn targets (``capture.NEURON_KEPT``), lowered through PyTorch's own
-decomposition wherever the trn pattern pass did not turn them into a neuronx-cc kernel call."""
+"""Reference rules for ATen ops a target keeps whole (``Target.kept_ops``): PyTorch's own
+decomposition of the op, lowered, wherever the target's own form did not take the op."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...capture import NEURON_KEPT, decomposition_table
+from ...capture import decomposition_table
 from ..context import LoweringContext
 from ..reference import lower_reference
-from ..registry import FLOATS, dtypes_in, lowering
+from ..registry import Support, lowering
+from ..rules import floats
 
 
 def _rule(op: Any):
@@ -19,6 +20,6 @@ def _rule(op: Any):
     return rule
 
 
-for _op in NEURON_KEPT:
-    if _op.name() != "aten::silu":  # silu has a direct rule (activations.py)
-        lowering(_op, supports=dtypes_in(*FLOATS))(_rule(_op))
+def lower_decomposed(op: Any, supports: Support = floats) -> None:
+    """Register the reference rule of ``op``: its decomposition in the cpu target's table."""
+    lowering(op, supports=supports)(_rule(op))

@@ -17,10 +17,10 @@ import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import TensorType, Value
-from ..registry import FLOATS, dtypes_in, lowering
+from ..registry import lowering
+from ..rules import floats
 
 aten = torch.ops.aten
-floats = dtypes_in(*FLOATS)
 
 
 def _same_batch(node: fx.Node) -> str | None:

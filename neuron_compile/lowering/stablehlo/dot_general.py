@@ -9,10 +9,11 @@ from ...ops import dot_general as _dot_general_op  # noqa: F401  (registers the 
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from .matmul import dot, float_matmul
+from ..rules import floats
+from .matmul import dot
 
 
-@lowering(torch.ops.neuron_compile.dot_general.default, supports=float_matmul)
+@lowering(torch.ops.neuron_compile.dot_general.default, supports=floats)
 def _lower_dot_general(
     ctx: LoweringContext,
     lhs: Value,

@@ -28,7 +28,8 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import TensorType, Value
 from ..registry import lowering
-from .linalg import INDEX, float32_only, square_float32
+from ..rules import INDEX, float32_only
+from .linalg import square_float32
 
 aten = torch.ops.aten
 _MAX_SWEEPS = 15

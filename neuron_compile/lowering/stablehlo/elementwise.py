@@ -14,71 +14,42 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from ..context import LoweringContext
 from ..emit import Value, is_unsigned
-from ..registry import ALL_DTYPES, FLOATS, INTS, dtypes_in, lowering
+from ..registry import lowering
+from ..rules import (
+    INTS,
+    any_dtype,
+    arith,
+    binary,
+    compare,
+    dtypes_in,
+    polynomial,
+    unary,
+    unary_formula,
+)
 
 aten = torch.ops.aten
-floats_only = dtypes_in(*FLOATS, torch.bool, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+# ---- unary float functions with a direct StableHLO op: computed in float32, rounded once -----
+unary(aten.exp, "exponential", opmath=True)
+unary(aten.log, "log", opmath=True)
+unary(aten.tanh, "tanh", opmath=True)
+unary(aten.sigmoid, "logistic", opmath=True)
+unary(aten.sqrt, "sqrt", opmath=True)
+unary(aten.rsqrt, "rsqrt", opmath=True)
+unary(aten.sin, "sine", opmath=True)
+unary(aten.cos, "cosine", opmath=True)
+unary(aten.log1p, "log_plus_one", opmath=True)
+unary(aten.expm1, "exponential_minus_one", opmath=True)
+
+# ---- unary ops that keep their dtype (integer rounding is the identity) ----------------------
+unary(aten.neg, "negate")
+unary(aten.abs, "abs")
+unary(aten.floor, "floor")
+unary(aten.ceil, "ceil")
+unary(aten.round, "round_nearest_even")
 
 
-def _float_unary(ctx: LoweringContext, x: Value, body: Callable[[Value], Value]) -> Value:
-    """Run ``body`` in the compute dtype (float32 for bf16/f16; int inputs become float)."""
-    out = ctx.out_dtype
-    (x,) = ctx.promote(x, dtype=ctx.compute_dtype(out))
-    return ctx.emit.convert(body(x), out)
-
-
-# ---- unary float functions with a direct StableHLO op ---------------------------------------
-_UNARY_FLOAT = {
-    aten.exp: "exponential",
-    aten.log: "log",
-    aten.tanh: "tanh",
-    aten.sigmoid: "logistic",
-    aten.sqrt: "sqrt",
-    aten.rsqrt: "rsqrt",
-    aten.sin: "sine",
-    aten.cos: "cosine",
-    aten.log1p: "log_plus_one",
-    aten.expm1: "exponential_minus_one",
-}
-
-
-def _register_unary_float(op, hlo: str) -> None:
-    @lowering(op.default, supports=floats_only)
-    def _lower(ctx: LoweringContext, x: Value) -> Value:
-        return _float_unary(ctx, x, lambda v: ctx.emit.unary(hlo, v))
-
-    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
-
-
-for _op, _hlo in _UNARY_FLOAT.items():
-    _register_unary_float(_op, _hlo)
-
-
-# ---- unary ops that keep their dtype --------------------------------------------------------
-_UNARY_SAME = {
-    aten.neg: "negate",
-    aten.abs: "abs",
-    aten.floor: "floor",
-    aten.ceil: "ceil",
-    aten.round: "round_nearest_even",
-}
-
-
-def _register_unary_same(op, hlo: str) -> None:
-    @lowering(op.default, supports=dtypes_in(*ALL_DTYPES))
-    def _lower(ctx: LoweringContext, x: Value) -> Value:
-        if hlo in ("floor", "ceil", "round_nearest_even") and not x.dtype.is_floating_point:
-            return x  # integer rounding is the identity
-        return ctx.emit.unary(hlo, x)
-
-    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
-
-
-for _op, _hlo in _UNARY_SAME.items():
-    _register_unary_same(_op, _hlo)
-
-
-@lowering(aten.sign.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.sign.default, supports=any_dtype)
 def _lower_sign(ctx: LoweringContext, x: Value) -> Value:
     """``(x > 0) - (x < 0)``: like eager, sign(NaN) is 0 and sign(-0.0) is +0 (stablehlo.sign
     would return NaN and -0.0)."""
@@ -92,7 +63,7 @@ def _lower_sign(ctx: LoweringContext, x: Value) -> Value:
     return e.binary("subtract", pos, e.convert(e.compare(x, zero, "LT"), x.dtype))
 
 
-@lowering(aten.trunc.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.trunc.default, supports=any_dtype)
 def _lower_trunc(ctx: LoweringContext, x: Value) -> Value:
     if not x.dtype.is_floating_point:
         return x
@@ -101,9 +72,7 @@ def _lower_trunc(ctx: LoweringContext, x: Value) -> Value:
     return e.select(negative, e.unary("ceil", x), e.unary("floor", x))
 
 
-@lowering(aten.reciprocal.default, supports=floats_only)
-def _lower_reciprocal(ctx: LoweringContext, x: Value) -> Value:
-    return _float_unary(ctx, x, lambda v: ctx.emit.binary("divide", ctx.full_like(1.0, v), v))
+unary_formula(aten.reciprocal.default, lambda o, x: o.div(1.0, x))
 
 
 # XLA's f32 rational approximation of erf (xla/hlo/builder/lib/math.cc, ErfImpl32): StableHLO has
@@ -126,36 +95,26 @@ _ERF_BETA = (
 )
 
 
-def _polynomial(ctx: LoweringContext, x: Value, coefficients: tuple[float, ...]) -> Value:
-    e = ctx.emit
-    acc = ctx.full_like(coefficients[0], x)
-    for c in coefficients[1:]:  # Horner, highest degree first
-        acc = e.binary("add", e.binary("multiply", acc, x), ctx.full_like(c, x))
-    return acc
-
-
 def erf(ctx: LoweringContext, x: Value) -> Value:
     """erf for float32 ``x`` (shared with gelu)."""
     e = ctx.emit
     x = e.clamp(e.scalar(-4.0, x.dtype), x, e.scalar(4.0, x.dtype))
     x2 = e.binary("multiply", x, x)
-    num = e.binary("multiply", x, _polynomial(ctx, x2, _ERF_ALPHA))
-    return e.binary("divide", num, _polynomial(ctx, x2, _ERF_BETA))
+    num = e.binary("multiply", x, polynomial(ctx, x2, _ERF_ALPHA))
+    return e.binary("divide", num, polynomial(ctx, x2, _ERF_BETA))
 
 
-@lowering(aten.erf.default, supports=floats_only)
-def _lower_erf(ctx: LoweringContext, x: Value) -> Value:
-    return _float_unary(ctx, x, lambda v: erf(ctx, v))
+unary_formula(aten.erf.default, lambda o, x: erf(o.ctx, x))
 
 
 # Cephes' f32 erfc for |x| > 1 (XLA's ErfcImpl32): erfc(x) = exp(-x^2) / |x| * P(1 / x^2), with one
 # polynomial for |x| < 2 and another beyond. 1 - erf(x) would lose all relative precision there.
-_ERFC_P = (
+ERFC_P = (
     +2.326819970068386e-2, -1.387039388740657e-1, +3.687424674597105e-1, -5.824733027278666e-1,
     +6.210004621745983e-1, -4.944515323274145e-1, +3.404879937665872e-1, -2.741127028184656e-1,
     +5.638259427386472e-1,
 )  # fmt: skip
-_ERFC_R = (
+ERFC_R = (
     -1.047766399936249e1, +1.297719955372516e1, -7.495518717768503e0, +2.921019019210786e0,
     -1.015265279202700e0, +4.218463358204948e-1, -2.820767439740514e-1, +5.641895067754075e-1,
 )  # fmt: skip
@@ -169,7 +128,7 @@ def erfc(ctx: LoweringContext, x: Value) -> Value:
     q = e.binary("divide", ctx.full_like(1.0, x), a)
     y = e.binary("multiply", q, q)
     near = e.compare(a, ctx.full_like(2.0, a), "LT")
-    p = e.select(near, _polynomial(ctx, y, _ERFC_P), _polynomial(ctx, y, _ERFC_R))
+    p = e.select(near, polynomial(ctx, y, ERFC_P), polynomial(ctx, y, ERFC_R))
     tail = e.binary("multiply", e.binary("multiply", z, q), p)  # exp underflows to 0 far out
     tail = e.select(
         e.compare(x, ctx.full_like(0, x), "LT"),
@@ -180,17 +139,10 @@ def erfc(ctx: LoweringContext, x: Value) -> Value:
     return e.select(e.compare(a, ctx.full_like(1.0, a), "GT"), tail, small)
 
 
-@lowering(aten.erfc.default, supports=floats_only)
-def _lower_erfc(ctx: LoweringContext, x: Value) -> Value:
-    return _float_unary(ctx, x, lambda v: erfc(ctx, v))
+unary_formula(aten.erfc.default, lambda o, x: erfc(o.ctx, x))
 
 
 # ---- binary arithmetic ----------------------------------------------------------------------
-def _arith(ctx: LoweringContext, hlo: str, a, b, kind: Kind = Kind.DEFAULT) -> Value:
-    a, b = ctx.promote(a, b, kind=kind)
-    return ctx.emit.convert(ctx.emit.binary(hlo, a, b), ctx.out_dtype)
-
-
 def _with_alpha(ctx: LoweringContext, b, alpha):
     if alpha is None or alpha == 1:
         return b
@@ -200,36 +152,36 @@ def _with_alpha(ctx: LoweringContext, b, alpha):
     return b * alpha
 
 
-@lowering(aten.add.Tensor, aten.add.Scalar, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.add.Tensor, aten.add.Scalar, supports=any_dtype)
 def _lower_add(ctx: LoweringContext, a, b, alpha=None) -> Value:
     if ctx.out_dtype == torch.bool:
-        return _arith(ctx, "or", a, b)
-    return _arith(ctx, "add", a, _with_alpha(ctx, b, alpha))
+        return arith(ctx, "or", a, b)
+    return arith(ctx, "add", a, _with_alpha(ctx, b, alpha))
 
 
-@lowering(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar, supports=any_dtype)
 def _lower_sub(ctx: LoweringContext, a, b, alpha=None) -> Value:
     b = _with_alpha(ctx, b, alpha)
     if ctx.node.target is aten.rsub.Scalar:
         a, b = b, a
-    return _arith(ctx, "subtract", a, b)
+    return arith(ctx, "subtract", a, b)
 
 
-@lowering(aten.mul.Tensor, aten.mul.Scalar, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.mul.Tensor, aten.mul.Scalar, supports=any_dtype)
 def _lower_mul(ctx: LoweringContext, a, b) -> Value:
-    return _arith(ctx, "and" if ctx.out_dtype == torch.bool else "multiply", a, b)
+    return arith(ctx, "and" if ctx.out_dtype == torch.bool else "multiply", a, b)
 
 
-@lowering(aten.div.Tensor, aten.div.Scalar, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.div.Tensor, aten.div.Scalar, supports=any_dtype)
 def _lower_div(ctx: LoweringContext, a, b) -> Value:
-    return _arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
+    return arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
 
 
-@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.div.Tensor_mode, aten.div.Scalar_mode, supports=any_dtype)
 def _lower_div_mode(ctx: LoweringContext, a, b, rounding_mode=None) -> Value:
     e = ctx.emit
     if rounding_mode is None:
-        return _arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
+        return arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
     b_in = b
     a, b = ctx.promote(a, b)  # ints stay ints; bf16/f16 come back as their float32 opmath
     if not a.dtype.is_floating_point:
@@ -296,25 +248,19 @@ def _div_floor_float(
     return e.select(e.compare(b, zero, "EQ"), quotient, floordiv)
 
 
-@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, supports=floats_only)
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, supports=any_dtype)
 def _lower_pow(ctx: LoweringContext, a, b) -> Value:
     if ctx.node.target is aten.pow.Tensor_Scalar and b == 2:
         (a,) = ctx.promote(a, dtype=ctx.out_dtype)
         return ctx.emit.binary("multiply", a, a)
-    return _arith(ctx, "power", a, b)
+    return arith(ctx, "power", a, b)
 
 
-@lowering(aten.maximum.default, supports=dtypes_in(*ALL_DTYPES))
-def _lower_maximum(ctx: LoweringContext, a, b) -> Value:
-    return _arith(ctx, "maximum", a, b)
+binary(aten.maximum, "maximum", overloads=("default",))
+binary(aten.minimum, "minimum", overloads=("default",))
 
 
-@lowering(aten.minimum.default, supports=dtypes_in(*ALL_DTYPES))
-def _lower_minimum(ctx: LoweringContext, a, b) -> Value:
-    return _arith(ctx, "minimum", a, b)
-
-
-@lowering(aten.clamp.default, aten.clamp.Tensor, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.clamp.default, aten.clamp.Tensor, supports=any_dtype)
 def _lower_clamp(ctx: LoweringContext, x, min=None, max=None) -> Value:  # noqa: A002
     e = ctx.emit
     # A tensor bound may be larger than x (clamp broadcasts all three): work in the out shape.
@@ -333,67 +279,33 @@ def _lower_clamp(ctx: LoweringContext, x, min=None, max=None) -> Value:  # noqa:
 
 
 # ---- comparisons and logic ------------------------------------------------------------------
-_COMPARISONS = {
-    aten.eq: "EQ",
-    aten.ne: "NE",
-    aten.lt: "LT",
-    aten.le: "LE",
-    aten.gt: "GT",
-    aten.ge: "GE",
-}
+compare(aten.eq, "EQ")
+compare(aten.ne, "NE")
+compare(aten.lt, "LT")
+compare(aten.le, "LE")
+compare(aten.gt, "GT")
+compare(aten.ge, "GE")
+
+binary(aten.logical_and, "and", overloads=("default",), logical=True)
+binary(aten.logical_or, "or", overloads=("default",), logical=True)
+binary(aten.logical_xor, "xor", overloads=("default",), logical=True)
+binary(aten.bitwise_and, "and")
+binary(aten.bitwise_or, "or")
+binary(aten.bitwise_xor, "xor")
 
 
-def _register_compare(op, direction: str) -> None:
-    @lowering(op.Tensor, op.Scalar, supports=dtypes_in(*ALL_DTYPES))
-    def _lower(ctx: LoweringContext, a, b) -> Value:
-        a, b = ctx.promote(a, b)
-        return ctx.emit.compare(a, b, direction)
-
-    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
-
-
-for _op, _dir in _COMPARISONS.items():
-    _register_compare(_op, _dir)
-
-_LOGICAL = {aten.logical_and: "and", aten.logical_or: "or", aten.logical_xor: "xor"}
-_BITWISE = {aten.bitwise_and: "and", aten.bitwise_or: "or", aten.bitwise_xor: "xor"}
-
-
-def _register_logical(op, hlo: str) -> None:
-    @lowering(op.default, supports=dtypes_in(*ALL_DTYPES))
-    def _lower(ctx: LoweringContext, a: Value, b: Value) -> Value:
-        a, b = ctx.promote(a, b, dtype=torch.bool)
-        return ctx.emit.binary(hlo, a, b)
-
-    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
-
-
-def _register_bitwise(op, hlo: str) -> None:
-    @lowering(op.Tensor, op.Scalar, supports=dtypes_in(*ALL_DTYPES))
-    def _lower(ctx: LoweringContext, a, b) -> Value:
-        return _arith(ctx, hlo, a, b)
-
-    _lower.__name__ = _lower.__qualname__ = f"_lower_{op.__name__}"
-
-
-for _op, _hlo in _LOGICAL.items():
-    _register_logical(_op, _hlo)
-for _op, _hlo in _BITWISE.items():
-    _register_bitwise(_op, _hlo)
-
-
-@lowering(aten.logical_not.default, aten.bitwise_not.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.logical_not.default, aten.bitwise_not.default, supports=any_dtype)
 def _lower_not(ctx: LoweringContext, x: Value) -> Value:
     (x,) = ctx.promote(x, dtype=ctx.out_dtype)
     return ctx.emit.unary("not", x)
 
 
-@lowering(aten.isnan.default, supports=floats_only)
+@lowering(aten.isnan.default, supports=any_dtype)
 def _lower_isnan(ctx: LoweringContext, x: Value) -> Value:
     return ctx.emit.compare(x, x, "NE")
 
 
-@lowering(aten.where.self, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.where.self, supports=any_dtype)
 def _lower_where(ctx: LoweringContext, cond: Value, a, b) -> Value:
     a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
     shape = ctx.out_shape
@@ -402,7 +314,7 @@ def _lower_where(ctx: LoweringContext, cond: Value, a, b) -> Value:
 
 
 # ---- casts and constants --------------------------------------------------------------------
-@lowering(aten._to_copy.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten._to_copy.default, supports=any_dtype)
 def _lower_to_copy(ctx: LoweringContext, x: Value, **_: object) -> Value:
     out = ctx.out_dtype
     if x.dtype.is_floating_point and out in (torch.int16, torch.int8, torch.uint8):
@@ -412,13 +324,13 @@ def _lower_to_copy(ctx: LoweringContext, x: Value, **_: object) -> Value:
     return ctx.emit.convert(x, out)
 
 
-@lowering(aten.scalar_tensor.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.scalar_tensor.default, supports=any_dtype)
 def _lower_scalar_tensor(ctx: LoweringContext, value, **_: object) -> Value:
     return ctx.emit.scalar(value, ctx.out_dtype)
 
 
 # ---- float classification and sign bits ------------------------------------------------------
-@lowering(aten.isinf.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.isinf.default, supports=any_dtype)
 def _lower_isinf(ctx: LoweringContext, x: Value) -> Value:
     if not x.dtype.is_floating_point:
         return ctx.emit.full(False, x.shape, torch.bool)
@@ -442,12 +354,12 @@ def signbit(ctx: LoweringContext, x: Value) -> Value:
     return e.compare(x, ctx.full_like(0, x), "LT")
 
 
-@lowering(aten.signbit.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.signbit.default, supports=any_dtype)
 def _lower_signbit(ctx: LoweringContext, x: Value) -> Value:
     return signbit(ctx, x)
 
 
-@lowering(aten.copysign.Tensor, aten.copysign.Scalar, supports=floats_only)
+@lowering(aten.copysign.Tensor, aten.copysign.Scalar, supports=any_dtype)
 def _lower_copysign(ctx: LoweringContext, a, b) -> Value:
     e = ctx.emit
     a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
@@ -455,7 +367,7 @@ def _lower_copysign(ctx: LoweringContext, a, b) -> Value:
     return e.select(signbit(ctx, b), e.unary("negate", magnitude), magnitude)
 
 
-@lowering(aten.fmax.default, aten.fmin.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.fmax.default, aten.fmin.default, supports=any_dtype)
 def _lower_fmax_fmin(ctx: LoweringContext, a: Value, b: Value) -> Value:
     """maximum/minimum that ignore a NaN operand (NaN only when both are NaN)."""
     e = ctx.emit
@@ -476,7 +388,7 @@ def _fmod(ctx: LoweringContext, a: Value, b: Value) -> Value:
     return e.convert(r, a.dtype)
 
 
-@lowering(aten.fmod.Tensor, aten.fmod.Scalar, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.fmod.Tensor, aten.fmod.Scalar, supports=any_dtype)
 def _lower_fmod(ctx: LoweringContext, a, b) -> Value:
     a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
     return _fmod(ctx, a, b)
@@ -486,7 +398,7 @@ def _lower_fmod(ctx: LoweringContext, a, b) -> Value:
     aten.remainder.Tensor,
     aten.remainder.Scalar,
     aten.remainder.Scalar_Tensor,
-    supports=dtypes_in(*ALL_DTYPES),
+    supports=any_dtype,
 )
 def _lower_remainder(ctx: LoweringContext, a, b) -> Value:
     """Python's ``%`` (result has the divisor's sign), from fmod as eager's CPU kernel does."""
@@ -530,7 +442,7 @@ def _lower_right_shift(ctx: LoweringContext, a, b) -> Value:
 
 
 # ---- rounding to decimals, angle, ldexp -----------------------------------------------------
-@lowering(aten.round.decimals, supports=floats_only)
+@lowering(aten.round.decimals, supports=any_dtype)
 def _lower_round_decimals(ctx: LoweringContext, x: Value, *, decimals: int = 0) -> Value:
     """Eager's kernel: round-half-even of ``x * 10^d`` divided back (or ``x / 10^-d`` times back
     for negative ``d``), with the power of ten in the tensor's dtype."""
@@ -546,7 +458,7 @@ def _lower_round_decimals(ctx: LoweringContext, x: Value, *, decimals: int = 0) 
     return e.binary("multiply", e.unary("round_nearest_even", e.binary("divide", x, scale)), scale)
 
 
-@lowering(aten.angle.default, supports=dtypes_in(*ALL_DTYPES))
+@lowering(aten.angle.default, supports=any_dtype)
 def _lower_angle(ctx: LoweringContext, x: Value) -> Value:
     """Real input: pi for negatives, 0 otherwise, NaN stays NaN."""
     e = ctx.emit
@@ -557,7 +469,7 @@ def _lower_angle(ctx: LoweringContext, x: Value) -> Value:
     return e.select(e.compare(x, x, "NE"), x, out)
 
 
-@lowering(aten.ldexp.Tensor, supports=floats_only)
+@lowering(aten.ldexp.Tensor, supports=any_dtype)
 def _lower_ldexp(ctx: LoweringContext, x: Value, exponent: Value) -> Value:
     """``x * 2^exponent`` (as eager: a multiply by a float power of two)."""
     e = ctx.emit

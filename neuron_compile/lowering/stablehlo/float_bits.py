@@ -13,10 +13,10 @@ import torch
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import dtypes_in, lowering
+from ..registry import lowering
+from ..rules import float32_only
 
 aten = torch.ops.aten
-float32_only = dtypes_in(torch.float32)
 _I32 = torch.int32
 _MANTISSA = 0x007FFFFF
 _SIGN = -0x80000000  # 0x80000000 as int32

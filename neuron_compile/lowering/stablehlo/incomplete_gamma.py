@@ -15,11 +15,9 @@ import math
 
 import torch
 
-from ..context import LoweringContext
 from ..emit import Value
-from ..registry import lowering
-from .special import _and, _eq, _lgamma, _or
-from .transcendental import _float_binary, _Ops, float_result
+from ..rules import Ops, binary_formula
+from .special import lgamma
 
 aten = torch.ops.aten
 _MACHEP = 5.9604644775390625e-8  # eager's float32 MACHEP
@@ -28,13 +26,13 @@ _MAXLOG = 88.72283905206835
 _MAXITER = 2000
 
 
-def _prefactor(o: _Ops, a: Value, x: Value) -> Value:
+def _prefactor(o: Ops, a: Value, x: Value) -> Value:
     """x^a e^-x / Gamma(a), 0 once it underflows."""
-    ax = o.sub(o.sub(o.mul(a, o.log(x)), x), _lgamma(o, a))
+    ax = o.sub(o.sub(o.mul(a, o.log(x)), x), lgamma(o, a))
     return o.e.select(o.lt(ax, -_MAXLOG), o.c(0.0), o.exponential(ax))
 
 
-def _loop(o: _Ops, live: Value, carry: list[Value], step) -> list[Value]:
+def _loop(o: Ops, live: Value, carry: list[Value], step) -> list[Value]:
     """Run ``step(carry) -> (carry', still_going)`` while any ``live`` element goes on; finished
     elements keep their values."""
     e = o.e
@@ -47,12 +45,12 @@ def _loop(o: _Ops, live: Value, carry: list[Value], step) -> list[Value]:
     def body(i: Value, live: Value, *carry: Value) -> list[Value]:
         new, going = step(*carry)
         kept = [e.select(live, n, c) for n, c in zip(new, carry, strict=True)]
-        return [e.binary("add", i, e.scalar(1, torch.int32)), _and(o, live, going), *kept]
+        return [e.binary("add", i, e.scalar(1, torch.int32)), o.and_(live, going), *kept]
 
     return e.while_([e.scalar(0, torch.int32), live, *carry], cond, body)[2:]
 
 
-def _series(o: _Ops, a: Value, x: Value, live: Value) -> Value:
+def _series(o: Ops, a: Value, x: Value, live: Value) -> Value:
     """P(a, x) = prefactor / a * sum_n x^n / ((a + 1) ... (a + n))."""
 
     def step(r: Value, c: Value, ans: Value) -> tuple[list[Value], Value]:
@@ -65,7 +63,7 @@ def _series(o: _Ops, a: Value, x: Value, live: Value) -> Value:
     return o.div(o.mul(ans, _prefactor(o, a, x)), a)
 
 
-def _continued_fraction(o: _Ops, a: Value, x: Value, live: Value) -> Value:
+def _continued_fraction(o: Ops, a: Value, x: Value, live: Value) -> Value:
     """Q(a, x) by Cephes' continued fraction (rescaled when the convergents grow large)."""
     e = o.e
     y = o.sub(1.0, a)
@@ -90,37 +88,31 @@ def _continued_fraction(o: _Ops, a: Value, x: Value, live: Value) -> Value:
     return o.mul(ans, _prefactor(o, a, x))
 
 
-def _igamma(o: _Ops, a: Value, x: Value, upper: bool) -> Value:
+def _igamma(o: Ops, a: Value, x: Value, upper: bool) -> Value:
     e = o.e
-    use_cf = _and(o, e.compare(x, o.c(1.0), "GT"), e.compare(x, a, "GT"))
-    finite = _and(o, _and(o, e.compare(a, o.c(0.0), "GT"), e.compare(x, o.c(0.0), "GT")),
-                  _and(o, o.lt(a, math.inf), o.lt(x, math.inf)))  # fmt: skip
+    use_cf = o.and_(e.compare(x, o.c(1.0), "GT"), e.compare(x, a, "GT"))
+    finite = o.and_(o.and_(e.compare(a, o.c(0.0), "GT"), e.compare(x, o.c(0.0), "GT")),
+                  o.and_(o.lt(a, math.inf), o.lt(x, math.inf)))  # fmt: skip
     # loop only over the elements that use each sum (the others would only slow it down)
     # and feed them harmless arguments
     safe_a = e.select(finite, a, o.c(1.0))
     safe_x = e.select(finite, x, o.c(1.0))
-    p = _series(o, safe_a, safe_x, _and(o, finite, e.unary("not", use_cf)))
-    q = _continued_fraction(o, safe_a, safe_x, _and(o, finite, use_cf))
+    p = _series(o, safe_a, safe_x, o.and_(finite, e.unary("not", use_cf)))
+    q = _continued_fraction(o, safe_a, safe_x, o.and_(finite, use_cf))
     y = e.select(use_cf, q, o.sub(1.0, p)) if upper else e.select(use_cf, o.sub(1.0, q), p)
     # eager's special cases, first match wins (applied here last to first)
     lo, hi = (1.0, 0.0) if upper else (0.0, 1.0)
-    y = e.select(_eq(o, x, math.inf), o.c(hi), y)
-    inf_a = _eq(o, a, math.inf)
-    y = e.select(inf_a, e.select(_eq(o, x, math.inf), o.c(math.nan), o.c(lo)), y)
-    y = e.select(_eq(o, x, 0.0), o.c(lo), y)
-    a_zero = _eq(o, a, 0.0)
+    y = e.select(o.eq(x, math.inf), o.c(hi), y)
+    inf_a = o.eq(a, math.inf)
+    y = e.select(inf_a, e.select(o.eq(x, math.inf), o.c(math.nan), o.c(lo)), y)
+    y = e.select(o.eq(x, 0.0), o.c(lo), y)
+    a_zero = o.eq(a, 0.0)
     y = e.select(a_zero, e.select(e.compare(x, o.c(0.0), "GT"), o.c(hi), o.c(math.nan)), y)
-    negative = _or(o, o.lt(x, 0.0), o.lt(a, 0.0))
+    negative = o.or_(o.lt(x, 0.0), o.lt(a, 0.0))
     return e.select(
-        _or(o, negative, _or(o, e.compare(a, a, "NE"), e.compare(x, x, "NE"))), o.c(math.nan), y
+        o.or_(negative, o.or_(e.compare(a, a, "NE"), e.compare(x, x, "NE"))), o.c(math.nan), y
     )
 
 
-@lowering(aten.igamma.default, supports=float_result)
-def _lower_igamma(ctx: LoweringContext, a, x) -> Value:
-    return _float_binary(ctx, a, x, lambda o, a, x: _igamma(o, a, x, upper=False))
-
-
-@lowering(aten.igammac.default, supports=float_result)
-def _lower_igammac(ctx: LoweringContext, a, x) -> Value:
-    return _float_binary(ctx, a, x, lambda o, a, x: _igamma(o, a, x, upper=True))
+binary_formula(aten.igamma.default, lambda o, a, x: _igamma(o, a, x, upper=False))
+binary_formula(aten.igammac.default, lambda o, a, x: _igamma(o, a, x, upper=True))

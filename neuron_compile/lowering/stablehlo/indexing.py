@@ -11,13 +11,11 @@ import torch.fx as fx
 
 from ..context import LoweringContext, broadcast_shapes
 from ..emit import Value
-from ..registry import ALL_DTYPES, dtypes_in, lowering
-from .reduction import _minmax_init
+from ..registry import lowering
+from ..rules import INDEX, any_dtype, minmax_init
 from .scan import scan
 
 aten = torch.ops.aten
-any_dtype = dtypes_in(*ALL_DTYPES)
-INDEX = torch.int32  # int64 indices run as int32 (64-bit policy)
 
 
 def _wrap_negative(ctx: LoweringContext, idx: Value, size: int) -> Value:
@@ -151,7 +149,7 @@ def _reduce_identity(reduce: str, dtype: torch.dtype) -> float | int | bool:
         return 0
     if reduce == "prod":
         return 1
-    return _minmax_init(dtype, largest=reduce == "amax")
+    return minmax_init(dtype, largest=reduce == "amax")
 
 
 @lowering(aten.scatter_reduce.two, supports=any_dtype)

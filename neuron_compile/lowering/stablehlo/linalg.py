@@ -18,14 +18,14 @@ graph returns inf/NaN results instead. Only float32 is lowered (eager has no bf1
 from __future__ import annotations
 
 import torch
+import torch.fx as fx
 
 from ..context import LoweringContext, broadcast_shapes
 from ..emit import Value
-from ..registry import always, dtypes_in, lowering
+from ..registry import always, lowering
+from ..rules import INDEX, float32_only
 
 aten = torch.ops.aten
-INDEX = torch.int32
-float32_only = dtypes_in(torch.float32)
 
 
 def _triangle_mask(ctx: LoweringContext, shape: tuple[int, ...], lower: bool) -> Value:
@@ -180,12 +180,12 @@ def _bcast_scalar(ctx: LoweringContext, s: Value, shape: tuple[int, ...]) -> Val
     return ctx.emit.broadcast_in_dim(s, shape, [])
 
 
-def _lead(ctx: LoweringContext, x: Value, shape: tuple[int, ...]) -> Value:
+def broadcast_leading(ctx: LoweringContext, x: Value, shape: tuple[int, ...]) -> Value:
     """Broadcast ``x`` along new trailing dims (its dims are the leading dims of ``shape``)."""
     return ctx.emit.broadcast_in_dim(x, shape, list(range(x.rank)))
 
 
-def _pick(ctx: LoweringContext, mask: Value, x: Value, dim: int) -> Value:
+def pick(ctx: LoweringContext, mask: Value, x: Value, dim: int) -> Value:
     """Sum of ``x`` where ``mask`` along ``dim`` (extracts one row/column selected by mask)."""
     e = ctx.emit
     return e.reduce_simple(e.select(mask, x, ctx.full_like(0, x)), 0, [dim], "add")
@@ -204,40 +204,42 @@ def _lu_step(
     idx_vec = e.iota(vec, r - 2, INDEX)
     col_is_k = e.compare(col, k_mat, "EQ")
     # 1. pivot search over rows >= k
-    column = _pick(ctx, col_is_k, a, r - 1)  # (..., n)
+    column = pick(ctx, col_is_k, a, r - 1)  # (..., n)
     mag = e.select(
         e.compare(idx_vec, k_vec, "GE"), e.unary("abs", column), e.full(-1.0, vec, a.dtype)
     )
     best = e.reduce_simple(mag, float("-inf"), [r - 2], "maximum")
-    hits = e.select(e.compare(mag, _lead(ctx, best, vec), "EQ"), idx_vec, e.full(n, vec, INDEX))
+    hits = e.select(
+        e.compare(mag, broadcast_leading(ctx, best, vec), "EQ"), idx_vec, e.full(n, vec, INDEX)
+    )
     p = e.reduce_simple(hits, n, [r - 2], "minimum")  # (...,)
     p = e.select(e.compare(p, e.full(n, p.shape, INDEX), "LT"), p, _bcast_scalar(ctx, k, p.shape))
     # 2. swap rows k and p
-    p_mat = _lead(ctx, p, a.shape)
+    p_mat = broadcast_leading(ctx, p, a.shape)
     row_is_k, row_is_p = e.compare(row, k_mat, "EQ"), e.compare(row, p_mat, "EQ")
-    row_k = _pick(ctx, row_is_k, a, r - 2)  # (..., n) over columns
-    row_p = _pick(ctx, row_is_p, a, r - 2)
+    row_k = pick(ctx, row_is_k, a, r - 2)  # (..., n) over columns
+    row_p = pick(ctx, row_is_p, a, r - 2)
     as_rows = list(range(r - 2)) + [r - 1]
     a = e.select(
         row_is_k,
         e.broadcast_in_dim(row_p, a.shape, as_rows),
         e.select(row_is_p, e.broadcast_in_dim(row_k, a.shape, as_rows), a),
     )
-    p_vec = _lead(ctx, p, vec)
+    p_vec = broadcast_leading(ctx, p, vec)
     vec_is_k, vec_is_p = e.compare(idx_vec, k_vec, "EQ"), e.compare(idx_vec, p_vec, "EQ")
-    perm_k = _pick(ctx, vec_is_k, perm, r - 2)
-    perm_p = _pick(ctx, vec_is_p, perm, r - 2)
+    perm_k = pick(ctx, vec_is_k, perm, r - 2)
+    perm_p = pick(ctx, vec_is_p, perm, r - 2)
     perm = e.select(
         vec_is_k,
-        _lead(ctx, perm_p, vec),
-        e.select(vec_is_p, _lead(ctx, perm_k, vec), perm),
+        broadcast_leading(ctx, perm_p, vec),
+        e.select(vec_is_p, broadcast_leading(ctx, perm_k, vec), perm),
     )
     one = e.full(1, p.shape, INDEX)
-    piv = e.select(vec_is_k, _lead(ctx, e.binary("add", p, one), vec), piv)
+    piv = e.select(vec_is_k, broadcast_leading(ctx, e.binary("add", p, one), vec), piv)
     # 3. eliminate below the pivot
     pivot_row = row_p  # the new row k
     cols_vec = e.iota(pivot_row.shape, r - 2, INDEX)
-    d = _pick(  # (...,) A[k, k]
+    d = pick(  # (...,) A[k, k]
         ctx, e.compare(cols_vec, _bcast_scalar(ctx, k, pivot_row.shape), "EQ"), pivot_row, r - 2
     )
     zero_pivot = e.compare(d, e.full(0.0, d.shape, a.dtype), "EQ")
@@ -246,14 +248,14 @@ def _lu_step(
         e.binary("and", zero_pivot, e.compare(info, e.full(0, info.shape, INDEX), "EQ")), k1, info
     )
     safe_d = e.select(zero_pivot, e.full(1.0, d.shape, a.dtype), d)
-    column = _pick(ctx, col_is_k, a, r - 1)
+    column = pick(ctx, col_is_k, a, r - 1)
     below = e.compare(idx_vec, k_vec, "GT")
     mult = e.select(
         below,
-        e.binary("divide", column, _lead(ctx, safe_d, vec)),
+        e.binary("divide", column, broadcast_leading(ctx, safe_d, vec)),
         e.full(0.0, vec, a.dtype),
     )
-    mult = e.select(_lead(ctx, zero_pivot, vec), e.full(0.0, vec, a.dtype), mult)
+    mult = e.select(broadcast_leading(ctx, zero_pivot, vec), e.full(0.0, vec, a.dtype), mult)
     outer = e.binary(
         "multiply",
         e.broadcast_in_dim(mult, a.shape, list(range(r - 1))),
@@ -299,7 +301,7 @@ def lu_factor(ctx: LoweringContext, a: Value) -> tuple[Value, Value, Value, Valu
     return lu, piv, perm, info
 
 
-def square_float32(node) -> str | None:
+def square_float32(node: fx.Node) -> str | None:
     """Support predicate: a float32 stack of square matrices as the first argument."""
     why = float32_only(node)
     if why:
@@ -424,12 +426,12 @@ def _perm_from_pivots(ctx: LoweringContext, piv: Value, m: int | None = None) ->
     def body(k: Value, perm: Value) -> list[Value]:
         is_k_piv = e.compare(idx, _bcast_scalar(ctx, k, piv.shape), "EQ")
         target = e.binary(
-            "subtract", _pick(ctx, is_k_piv, piv, r - 1), e.full(1, piv.shape[:-1], INDEX)
+            "subtract", pick(ctx, is_k_piv, piv, r - 1), e.full(1, piv.shape[:-1], INDEX)
         )
         is_k = e.compare(rows, _bcast_scalar(ctx, k, shape), "EQ")
-        is_t = e.compare(rows, _lead(ctx, target, shape), "EQ")
-        perm_k = _lead(ctx, _pick(ctx, is_k, perm, r - 1), shape)
-        perm_t = _lead(ctx, _pick(ctx, is_t, perm, r - 1), shape)
+        is_t = e.compare(rows, broadcast_leading(ctx, target, shape), "EQ")
+        perm_k = broadcast_leading(ctx, pick(ctx, is_k, perm, r - 1), shape)
+        perm_t = broadcast_leading(ctx, pick(ctx, is_t, perm, r - 1), shape)
         perm = e.select(is_k, perm_t, e.select(is_t, perm_k, perm))
         return [e.binary("add", k, e.scalar(1, INDEX)), perm]
 
@@ -444,7 +446,7 @@ def _lu_unpack_support(node) -> str | None:
 
 
 @lowering(aten.lu_unpack.default, supports=_lu_unpack_support)
-def _lower_lu_unpack(
+def lu_unpack(
     ctx: LoweringContext,
     lu: Value,
     piv: Value,

@@ -13,7 +13,8 @@ import torch.fx as fx
 from ..context import LoweringContext, broadcast_shapes
 from ..emit import Value
 from ..registry import lowering
-from .linalg import INDEX, _lower_lu_unpack, float32_only, lu_factor, triangular_solve
+from ..rules import INDEX, float32_only
+from .linalg import lu_factor, lu_unpack, triangular_solve
 
 aten = torch.ops.aten
 
@@ -74,4 +75,4 @@ def _linalg_lu_support(node: fx.Node) -> str | None:
 def _lower_linalg_lu(ctx: LoweringContext, a: Value, *, pivot: bool = True) -> tuple[Value, ...]:
     """(P, L, U) with A = P L U: the packed LU factorization, unpacked."""
     lu, piv, _, _ = lu_factor(ctx, a)
-    return _lower_lu_unpack(ctx, lu, piv)
+    return lu_unpack(ctx, lu, piv)

@@ -9,10 +9,10 @@ import torch
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import FLOATS, dtypes_in, lowering
+from ..registry import lowering
+from ..rules import floats
 
 aten = torch.ops.aten
-float_matmul = dtypes_in(*FLOATS)
 
 
 def dot(
@@ -39,17 +39,17 @@ def _scaled(ctx: LoweringContext, x: Value, factor: float) -> Value:
     return ctx.emit.binary("multiply", x, ctx.full_like(factor, x))
 
 
-@lowering(aten.mm.default, supports=float_matmul)
+@lowering(aten.mm.default, supports=floats)
 def _lower_mm(ctx: LoweringContext, a: Value, b: Value) -> Value:
     return ctx.emit.convert(matmul(ctx, a, b), ctx.out_dtype)
 
 
-@lowering(aten.bmm.default, supports=float_matmul)
+@lowering(aten.bmm.default, supports=floats)
 def _lower_bmm(ctx: LoweringContext, a: Value, b: Value) -> Value:
     return ctx.emit.convert(matmul(ctx, a, b, batched=True), ctx.out_dtype)
 
 
-@lowering(aten.addmm.default, aten.baddbmm.default, supports=float_matmul)
+@lowering(aten.addmm.default, aten.baddbmm.default, supports=floats)
 def _lower_addmm(
     ctx: LoweringContext, bias: Value, a: Value, b: Value, beta: float = 1, alpha: float = 1
 ) -> Value:
@@ -63,7 +63,7 @@ def _lower_addmm(
     return ctx.emit.convert(total, ctx.out_dtype)
 
 
-@lowering(aten.addmv.default, supports=float_matmul)
+@lowering(aten.addmv.default, supports=floats)
 def _lower_addmv(
     ctx: LoweringContext, bias: Value, mat: Value, vec: Value, *, beta: float = 1, alpha: float = 1
 ) -> Value:
@@ -73,7 +73,7 @@ def _lower_addmv(
     return _add_bias(ctx, product, bias, beta)
 
 
-@lowering(aten.addbmm.default, supports=float_matmul)
+@lowering(aten.addbmm.default, supports=floats)
 def _lower_addbmm(
     ctx: LoweringContext, bias: Value, b1: Value, b2: Value, *, beta: float = 1, alpha: float = 1
 ) -> Value:
@@ -94,7 +94,7 @@ def _add_bias(ctx: LoweringContext, product: Value, bias: Value, beta: float) ->
     return ctx.emit.convert(total, ctx.out_dtype)
 
 
-@lowering(aten._trilinear.default, supports=float_matmul)
+@lowering(aten._trilinear.default, supports=floats)
 def _lower_trilinear(
     ctx: LoweringContext,
     i1: Value,

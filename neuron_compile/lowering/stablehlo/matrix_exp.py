@@ -20,7 +20,8 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from .linalg import INDEX, square_float32
+from ..rules import INDEX
+from .linalg import square_float32
 
 aten = torch.ops.aten
 _DEGREE = 18

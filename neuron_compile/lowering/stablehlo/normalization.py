@@ -11,11 +11,11 @@ import torch
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import FLOATS, dtypes_in, lowering
-from .reduction import _minmax_init, keep_dims, moments, sum_
+from ..registry import lowering
+from ..rules import floats, minmax_init
+from .reduction import keep_dims, moments, sum_
 
 aten = torch.ops.aten
-floats = dtypes_in(*FLOATS)
 
 
 def _shifted(ctx: LoweringContext, x: Value, dim: int) -> tuple[Value, int]:
@@ -24,7 +24,7 @@ def _shifted(ctx: LoweringContext, x: Value, dim: int) -> tuple[Value, int]:
     dim = dim + x.rank if dim < 0 else dim
     x = e.convert(x, ctx.compute_dtype(x.dtype))
     m = keep_dims(
-        ctx, e.reduce_simple(x, _minmax_init(x.dtype, True), [dim], "maximum"), x, [dim], True
+        ctx, e.reduce_simple(x, minmax_init(x.dtype, True), [dim], "maximum"), x, [dim], True
     )
     return e.binary("subtract", x, ctx.broadcast_to(m, x.shape)), dim
 
@@ -32,6 +32,8 @@ def _shifted(ctx: LoweringContext, x: Value, dim: int) -> tuple[Value, int]:
 @lowering(aten._softmax.default, supports=floats)
 def _lower_softmax(ctx: LoweringContext, x: Value, dim: int, half_to_float: bool = False) -> Value:
     e = ctx.emit
+    if x.rank == 0:  # eager treats a 0-d tensor as one element along dim 0 (or -1)
+        return e.reshape(_lower_softmax(ctx, e.reshape(x, (1,)), 0), ())
     shifted, dim = _shifted(ctx, x, dim)
     ex = e.unary("exponential", shifted)
     total = sum_(ctx, ex, [dim], True, ex.dtype)
@@ -43,6 +45,8 @@ def _lower_log_softmax(
     ctx: LoweringContext, x: Value, dim: int, half_to_float: bool = False
 ) -> Value:
     e = ctx.emit
+    if x.rank == 0:  # as in _lower_softmax
+        return e.reshape(_lower_log_softmax(ctx, e.reshape(x, (1,)), 0), ())
     shifted, dim = _shifted(ctx, x, dim)
     total = sum_(ctx, e.unary("exponential", shifted), [dim], True, shifted.dtype)
     out = e.binary("subtract", shifted, ctx.broadcast_to(e.unary("log", total), shifted.shape))

@@ -26,11 +26,10 @@ import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import TensorType, Value
-from ..registry import FLOATS, dtypes_in, lowering
-from .reduction import _minmax_init
+from ..registry import lowering
+from ..rules import FLOATS, floats, minmax_init
 
 aten = torch.ops.aten
-floats = dtypes_in(*FLOATS)
 
 
 def _pair(value: Sequence[int] | int | None, default: Sequence[int], n: int = 2) -> list[int]:
@@ -86,9 +85,7 @@ def _padding(
 
 
 # ---- max pooling ----------------------------------------------------------------------------
-def _max_with_index(
-    ctx: LoweringContext, av: Value, ai: Value, bv: Value, bi: Value
-) -> list[Value]:
+def max_with_index(ctx: LoweringContext, av: Value, ai: Value, bv: Value, bi: Value) -> list[Value]:
     """Combiner of (value, index) pairs: a total order, so reduce_window may combine in any order.
 
     Order: NaN above everything (among NaNs the larger index), then larger value, then (for equal
@@ -106,7 +103,7 @@ def _max_with_index(
     return [e.select(a_wins, av, bv), e.select(a_wins, ai, bi)]
 
 
-def _plane_index(ctx: LoweringContext, x: Value, n: int = 2) -> Value:
+def plane_index(ctx: LoweringContext, x: Value, n: int = 2) -> Value:
     """Row-major flat index over the last ``n`` dims (``h * W + w`` in 2-D) for every element of
     ``x`` (int32: the 64-bit policy's index type)."""
     e = ctx.emit
@@ -141,15 +138,15 @@ def _lower_max_pool_with_indices(
     window, strides, dilations = _window(x, kernel, stride, dilation)
     pads = _padding(x, out_hw, kernel, stride, padding, dilation)
     # Padding takes the init values: -inf with an index past every real one, so it never wins.
-    inits = [e.scalar(_minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
+    inits = [e.scalar(minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
     values, indices = e.reduce_window(
-        [x, _plane_index(ctx, x, n)], inits, window, strides, pads,
-        lambda av, ai, bv, bi: _max_with_index(ctx, av, ai, bv, bi), window_dilations=dilations,
+        [x, plane_index(ctx, x, n)], inits, window, strides, pads,
+        lambda av, ai, bv, bi: max_with_index(ctx, av, ai, bv, bi), window_dilations=dilations,
     )  # fmt: skip
     return values, e.convert(indices, ctx.out_type(1).dtype)
 
 
-def _float_values(node: fx.Node) -> str | None:
+def float_first_arg(node: fx.Node) -> str | None:
     """Like ``floats`` but ignores the int64 ``indices`` operand of the max-pool backward."""
     val = node.args[0].meta.get("val")
     return None if val.dtype in FLOATS else f"dtype {val.dtype} not supported"
@@ -158,7 +155,7 @@ def _float_values(node: fx.Node) -> str | None:
 @lowering(
     aten.max_pool2d_with_indices_backward.default,
     aten.max_pool3d_with_indices_backward.default,
-    supports=_float_values,
+    supports=float_first_arg,
 )
 def _lower_max_pool_with_indices_backward(
     ctx: LoweringContext,
@@ -172,10 +169,10 @@ def _lower_max_pool_with_indices_backward(
     indices: Value,
 ) -> Value:
     """Scatter-add grad_output at the forward's indices (offset to a global flat position)."""
-    return _scatter_at_indices(ctx, grad_out, x, indices, _spatial(ctx.node))
+    return scatter_at_indices(ctx, grad_out, x, indices, _spatial(ctx.node))
 
 
-def _scatter_at_indices(
+def scatter_at_indices(
     ctx: LoweringContext, grad_out: Value, x: Value, indices: Value, n: int
 ) -> Value:
     """Gradient of a max pool over the last ``n`` dims: each grad_out element added at its
@@ -324,7 +321,7 @@ def _lower_avg_pool_backward(
 
 
 # ---- adaptive average pooling ---------------------------------------------------------------
-def _adaptive_matrix(size: int, out: int) -> np.ndarray:
+def adaptive_matrix(size: int, out: int) -> np.ndarray:
     """(out, size) averaging matrix of torch's adaptive windows [floor(i*size/out),
     ceil((i+1)*size/out))."""
     m = np.zeros((out, size))
@@ -366,7 +363,7 @@ def _lower_adaptive_avg_pool2d(ctx: LoweringContext, x: Value, output_size: Sequ
         y = e.binary("divide", total, ctx.full_like(math.prod(kernel), total))
     else:
         y = _separable(
-            ctx, xf, _adaptive_matrix(in_hw[0], out_hw[0]), _adaptive_matrix(in_hw[1], out_hw[1])
+            ctx, xf, adaptive_matrix(in_hw[0], out_hw[0]), adaptive_matrix(in_hw[1], out_hw[1])
         )
     return e.convert(y, out.dtype)
 
@@ -388,13 +385,13 @@ def _lower_adaptive_avg_pool2d_backward(ctx: LoweringContext, grad_out: Value, x
         grad = e.reshape(spread, x.shape)
         grad = e.binary("divide", grad, ctx.full_like(kh * kw, grad))
     else:
-        mh, mw = _adaptive_matrix(in_hw[0], out_hw[0]), _adaptive_matrix(in_hw[1], out_hw[1])
+        mh, mw = adaptive_matrix(in_hw[0], out_hw[0]), adaptive_matrix(in_hw[1], out_hw[1])
         grad = _separable(ctx, g, mh.T.copy(), mw.T.copy())
     return e.convert(grad, ctx.out_dtype)
 
 
 # ---- adaptive max pooling -------------------------------------------------------------------
-def _window_table(size: int, out: int) -> np.ndarray:
+def window_table(size: int, out: int) -> np.ndarray:
     """(out, K) input positions of torch's adaptive windows [floor(i*size/out),
     ceil((i+1)*size/out)); shorter windows repeat their last position (harmless for a max)."""
     starts = [(i * size) // out for i in range(out)]
@@ -405,7 +402,7 @@ def _window_table(size: int, out: int) -> np.ndarray:
     )
 
 
-def _take_windows(ctx: LoweringContext, x: Value, dim: int, table: np.ndarray) -> Value:
+def take_windows(ctx: LoweringContext, x: Value, dim: int, table: np.ndarray) -> Value:
     """Gather ``x`` along ``dim`` with an (out, K) table: ``dim`` becomes the two dims (out, K)."""
     e = ctx.emit
     out, k = table.shape
@@ -430,21 +427,21 @@ def _lower_adaptive_max_pool2d(
     with max pooling's tie and NaN rules."""
     e = ctx.emit
     (oh, ow), (h, w) = ctx.out_type(0).shape[-2:], x.shape[-2:]
-    th, tw = _window_table(h, oh), _window_table(w, ow)
+    th, tw = window_table(h, oh), window_table(w, ow)
     r = x.rank
     windows = []
-    for v in (x, _plane_index(ctx, x)):
-        v = _take_windows(ctx, v, r - 2, th)  # (..., OH, KH, W)
-        windows.append(_take_windows(ctx, v, r, tw))  # (..., OH, KH, OW, KW)
-    inits = [e.scalar(_minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
+    for v in (x, plane_index(ctx, x)):
+        v = take_windows(ctx, v, r - 2, th)  # (..., OH, KH, W)
+        windows.append(take_windows(ctx, v, r, tw))  # (..., OH, KH, OW, KW)
+    inits = [e.scalar(minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
     values, indices = e.reduce(
-        windows, inits, [r - 1, r + 1], lambda av, ai, bv, bi: _max_with_index(ctx, av, ai, bv, bi)
+        windows, inits, [r - 1, r + 1], lambda av, ai, bv, bi: max_with_index(ctx, av, ai, bv, bi)
     )
     return values, e.convert(indices, ctx.out_type(1).dtype)
 
 
-@lowering(aten.adaptive_max_pool2d_backward.default, supports=_float_values)
+@lowering(aten.adaptive_max_pool2d_backward.default, supports=float_first_arg)
 def _lower_adaptive_max_pool2d_backward(
     ctx: LoweringContext, grad_out: Value, x: Value, indices: Value
 ) -> Value:
-    return _scatter_at_indices(ctx, grad_out, x, indices, 2)
+    return scatter_at_indices(ctx, grad_out, x, indices, 2)

@@ -17,7 +17,8 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from .linalg import INDEX, _lead, _pick, float32_only
+from ..rules import INDEX, float32_only
+from .linalg import broadcast_leading, pick
 
 aten = torch.ops.aten
 
@@ -55,7 +56,7 @@ def _reflector(ctx: LoweringContext, packed: Value, k: Value) -> Value:
     r = packed.rank
     vec = packed.shape[:-1]
     col = e.iota(packed.shape, r - 1, INDEX)
-    column = _pick(ctx, e.compare(col, _bcast(ctx, k, packed.shape), "EQ"), packed, r - 1)
+    column = pick(ctx, e.compare(col, _bcast(ctx, k, packed.shape), "EQ"), packed, r - 1)
     rows = e.iota(vec, r - 2, INDEX)
     kv = _bcast(ctx, k, vec)
     v = e.select(e.compare(rows, kv, "GT"), column, ctx.full_like(0.0, column))
@@ -68,7 +69,7 @@ def _apply_left(ctx: LoweringContext, c: Value, v: Value, tau: Value) -> Value:
     r = c.rank
     batch = list(range(r - 2))
     w = e.dot_general(v, c, ((r - 2,), (r - 2,)), (batch, batch))  # vᵀ C: (..., p)
-    tw = e.binary("multiply", w, _lead(ctx, tau, w.shape))
+    tw = e.binary("multiply", w, broadcast_leading(ctx, tau, w.shape))
     outer = e.binary(
         "multiply",
         e.broadcast_in_dim(v, c.shape, list(range(r - 1))),
@@ -89,11 +90,11 @@ def geqrf(ctx: LoweringContext, a: Value) -> tuple[Value, Value]:
     def step(k: Value, a: Value, taus: Value) -> list[Value]:
         col = e.iota(a.shape, r - 1, INDEX)
         is_k = e.compare(col, _bcast(ctx, k, a.shape), "EQ")
-        column = _pick(ctx, is_k, a, r - 1)  # (..., m)
+        column = pick(ctx, is_k, a, r - 1)  # (..., m)
         rows = e.iota(vec, r - 2, INDEX)
         kv = _bcast(ctx, k, vec)
         below = e.compare(rows, kv, "GT")
-        alpha = _pick(ctx, e.compare(rows, kv, "EQ"), column, r - 2)  # (...,)
+        alpha = pick(ctx, e.compare(rows, kv, "EQ"), column, r - 2)  # (...,)
         x = e.select(below, column, ctx.full_like(0.0, column))
         xnorm = e.unary("sqrt", e.reduce_simple(e.binary("multiply", x, x), 0.0, [r - 2], "add"))
         norm = e.unary(
@@ -109,14 +110,16 @@ def geqrf(ctx: LoweringContext, a: Value) -> tuple[Value, Value]:
         tau = e.binary("divide", e.binary("subtract", safe_beta, alpha), safe_beta)
         tau = e.select(reflect, tau, ctx.full_like(0.0, tau))
         scale = e.binary("divide", one, e.select(reflect, e.binary("subtract", alpha, beta), one))
-        v_below = e.binary("multiply", x, _lead(ctx, scale, vec))
+        v_below = e.binary("multiply", x, broadcast_leading(ctx, scale, vec))
         v = e.select(
             below, v_below, e.select(e.compare(rows, kv, "EQ"), e.full(1.0, vec, a.dtype), x)
         )
         updated = _apply_left(ctx, a, v, tau)
         right = e.compare(col, _bcast(ctx, k, a.shape), "GT")
         a = e.select(right, updated, a)
-        new_col = e.select(below, v_below, _lead(ctx, e.select(reflect, beta, alpha), vec))
+        new_col = e.select(
+            below, v_below, broadcast_leading(ctx, e.select(reflect, beta, alpha), vec)
+        )
         rows_mat = e.iota(a.shape, r - 2, INDEX)
         at_or_below = e.compare(rows_mat, _bcast(ctx, k, a.shape), "GE")
         a = e.select(
@@ -126,7 +129,9 @@ def geqrf(ctx: LoweringContext, a: Value) -> tuple[Value, Value]:
         )
         slot = e.iota(taus.shape, r - 2, INDEX)
         taus = e.select(
-            e.compare(slot, _bcast(ctx, k, taus.shape), "EQ"), _lead(ctx, tau, taus.shape), taus
+            e.compare(slot, _bcast(ctx, k, taus.shape), "EQ"),
+            broadcast_leading(ctx, tau, taus.shape),
+            taus,
         )
         return [a, taus]
 
@@ -147,7 +152,7 @@ def _apply_reflectors(
         k = e.binary("subtract", e.scalar(k_count - 1, INDEX), i) if reverse else i
         v = _reflector(ctx, packed, k)
         slot = e.iota(tau.shape, r - 2, INDEX)
-        t = _pick(ctx, e.compare(slot, _bcast(ctx, k, tau.shape), "EQ"), tau, r - 2)
+        t = pick(ctx, e.compare(slot, _bcast(ctx, k, tau.shape), "EQ"), tau, r - 2)
         return [_apply_left(ctx, c, v, t)]
 
     return _counted_while(ctx, k_count, [c], step)[0]

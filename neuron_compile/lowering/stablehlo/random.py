@@ -29,10 +29,11 @@ import torch
 from ...errors import LoweringError
 from ..context import LoweringContext
 from ..emit import Emitter, TensorType, Value
-from ..registry import FLOATS, dtypes_in, lowering
+from ..registry import lowering
+from ..rules import FLOATS, dtypes_in
 
 aten = torch.ops.aten
-floats = dtypes_in(*FLOATS, torch.bool)
+floats_or_bool = dtypes_in(*FLOATS, torch.bool)
 SEED_SHAPE = (4,)  # int32[4]: Threefry key (s0, s1) and counter (s2, s3) of the graph key
 U32 = torch.uint32
 
@@ -100,14 +101,14 @@ def _word(e: Emitter, words: Value, i: int) -> Value:
 
 def _graph_key(ctx: LoweringContext) -> tuple[Value, Value]:
     """The graph's Threefry key, derived from the seed argument (added on first use)."""
-    e = ctx.emit
-    if e.rng_state is None:
-        e.rng_arg_index = len(e.args)
+    e, m = ctx.emit, ctx.module
+    if m.rng_state is None:
+        m.rng_arg_index = len(e.args)
         seed = e.bitcast_convert(e.arg(TensorType(SEED_SHAPE, torch.int32)), U32)
         s = [_word(e, seed, i) for i in range(4)]
         k0, k1 = threefry2x32(e, (s[0], s[1]), (s[2], s[3]))
-        e.rng_state = e.concatenate([e.reshape(k0, (1,)), e.reshape(k1, (1,))], 0)
-    return _word(e, e.rng_state, 0), _word(e, e.rng_state, 1)
+        m.rng_state = e.concatenate([e.reshape(k0, (1,)), e.reshape(k1, (1,))], 0)
+    return _word(e, m.rng_state, 0), _word(e, m.rng_state, 1)
 
 
 def random_words(ctx: LoweringContext, n: int) -> tuple[Value, Value]:
@@ -178,17 +179,17 @@ def _as_dtype(ctx: LoweringContext, x: Value, dtype: torch.dtype) -> Value:
     return out
 
 
-@lowering(aten.rand.default, aten.rand_like.default, supports=floats)
+@lowering(aten.rand.default, aten.rand_like.default, supports=floats_or_bool)
 def _lower_rand(ctx: LoweringContext, *args: object, **_: object) -> Value:
     return _as_dtype(ctx, uniform(ctx, ctx.out_shape), ctx.out_dtype)
 
 
-@lowering(aten.randn.default, aten.randn_like.default, supports=floats)
+@lowering(aten.randn.default, aten.randn_like.default, supports=floats_or_bool)
 def _lower_randn(ctx: LoweringContext, *args: object, **_: object) -> Value:
     return ctx.emit.convert(normal(ctx, ctx.out_shape), ctx.out_dtype)
 
 
-@lowering(aten.bernoulli.default, aten.bernoulli.p, supports=floats)
+@lowering(aten.bernoulli.default, aten.bernoulli.p, supports=floats_or_bool)
 def _lower_bernoulli(ctx: LoweringContext, x: Value, p: float | None = None, **_: object) -> Value:
     e = ctx.emit
     u = uniform(ctx, x.shape)
@@ -199,7 +200,7 @@ def _lower_bernoulli(ctx: LoweringContext, x: Value, p: float | None = None, **_
     return e.convert(e.compare(u, prob, "LT"), ctx.out_dtype)
 
 
-@lowering(aten.native_dropout.default, supports=floats)
+@lowering(aten.native_dropout.default, supports=floats_or_bool)
 def _lower_native_dropout(
     ctx: LoweringContext, x: Value, p: float, train: bool | None
 ) -> tuple[Value, Value]:

@@ -9,10 +9,10 @@ import torch
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import ALL_DTYPES, FLOATS, dtypes_in, lowering
+from ..registry import lowering
+from ..rules import INDEX, any_dtype, floats, minmax_init
 
 aten = torch.ops.aten
-any_dtype = dtypes_in(*ALL_DTYPES)
 
 
 def reduce_dims(dims: Sequence[int] | int | None, rank: int) -> list[int]:
@@ -67,26 +67,17 @@ def _lower_mean(
     return ctx.emit.convert(mean, out)
 
 
-def _minmax_init(dtype: torch.dtype, largest: bool) -> float | int | bool:
-    if dtype == torch.bool:
-        return not largest
-    if dtype.is_floating_point:
-        return -math.inf if largest else math.inf
-    info = torch.iinfo(dtype)
-    return info.min if largest else info.max
-
-
 @lowering(aten.amax.default, aten.max.default, supports=any_dtype)
 def _lower_amax(ctx: LoweringContext, x: Value, dim=None, keepdim: bool = False) -> Value:
     dims = reduce_dims(dim, x.rank)
-    reduced = ctx.emit.reduce_simple(x, _minmax_init(x.dtype, True), dims, "maximum")
+    reduced = ctx.emit.reduce_simple(x, minmax_init(x.dtype, True), dims, "maximum")
     return keep_dims(ctx, reduced, x, dims, keepdim)
 
 
 @lowering(aten.amin.default, aten.min.default, supports=any_dtype)
 def _lower_amin(ctx: LoweringContext, x: Value, dim=None, keepdim: bool = False) -> Value:
     dims = reduce_dims(dim, x.rank)
-    reduced = ctx.emit.reduce_simple(x, _minmax_init(x.dtype, False), dims, "minimum")
+    reduced = ctx.emit.reduce_simple(x, minmax_init(x.dtype, False), dims, "minimum")
     return keep_dims(ctx, reduced, x, dims, keepdim)
 
 
@@ -118,7 +109,7 @@ def moments(
     return mean, var
 
 
-@lowering(aten.var.correction, aten.std.correction, supports=dtypes_in(*FLOATS))
+@lowering(aten.var.correction, aten.std.correction, supports=floats)
 def _lower_var_std(
     ctx: LoweringContext, x: Value, dim=None, *, correction=None, keepdim: bool = False
 ) -> Value:
@@ -134,7 +125,7 @@ def _lower_var_std(
     return e.convert(var, ctx.out_dtype)
 
 
-@lowering(aten.var_mean.correction, supports=dtypes_in(*FLOATS))
+@lowering(aten.var_mean.correction, supports=floats)
 def _lower_var_mean(
     ctx: LoweringContext, x: Value, dim=None, *, correction=None, keepdim: bool = False
 ) -> tuple[Value, Value]:
@@ -188,7 +179,7 @@ def _vector_norm(ctx: LoweringContext, x: Value, ord: float, dims: list[int]) ->
     return reduced
 
 
-@lowering(aten.linalg_vector_norm.default, supports=dtypes_in(*FLOATS))
+@lowering(aten.linalg_vector_norm.default, supports=floats)
 def _lower_linalg_vector_norm(
     ctx: LoweringContext,
     x: Value,
@@ -204,7 +195,7 @@ def _lower_linalg_vector_norm(
     return ctx.emit.convert(keep_dims(ctx, reduced, x, dims, keepdim), ctx.out_dtype)
 
 
-@lowering(aten.dist.default, supports=dtypes_in(*FLOATS))
+@lowering(aten.dist.default, supports=floats)
 def _lower_dist(ctx: LoweringContext, a, b, p: float = 2) -> Value:
     """``vector_norm(a - b, p)`` over every element, after broadcasting and promotion."""
     e = ctx.emit
@@ -238,13 +229,10 @@ def arg_combiner(
     return combine
 
 
-INDEX = torch.int32  # int64 indices run as int32 (64-bit policy)
-
-
 def arg_reduce(ctx: LoweringContext, x: Value, dim: int, largest: bool) -> tuple[Value, Value]:
     """(values, indices) of the max/min of ``x`` along ``dim``; first index on ties."""
     e = ctx.emit
-    inits = [e.scalar(_minmax_init(x.dtype, largest), x.dtype), e.scalar(2**31 - 1, INDEX)]
+    inits = [e.scalar(minmax_init(x.dtype, largest), x.dtype), e.scalar(2**31 - 1, INDEX)]
     values, indices = e.reduce(
         [x, e.iota(x.shape, dim, INDEX)], inits, [dim], arg_combiner(ctx, largest, False)
     )

@@ -15,15 +15,11 @@ import torch
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import ALL_DTYPES, FLOATS, dtypes_in, lowering
-from .reduction import INDEX, _minmax_init, arg_combiner
+from ..registry import lowering
+from ..rules import INDEX, any_dtype, floats, minmax_init, normalize_dim
+from .reduction import arg_combiner
 
 aten = torch.ops.aten
-any_dtype = dtypes_in(*ALL_DTYPES)
-
-
-def _dim(d: int, rank: int) -> int:
-    return d + rank if d < 0 else d
 
 
 def scan(
@@ -56,7 +52,7 @@ def _accumulating(ctx: LoweringContext, x: Value, dim: int, combiner: str, init:
         ctx,
         [src],
         [e.scalar(init, acc)],
-        _dim(dim, max(x.rank, 1)),
+        normalize_dim(dim, max(x.rank, 1)),
         lambda a, b: [e.binary(combiner, a, b)],
     )
     return e.convert(total, out)
@@ -78,10 +74,10 @@ def _lower_cummax_cummin(ctx: LoweringContext, x: Value, dim: int) -> tuple[Valu
     e = ctx.emit
     if x.rank == 0:
         return x, e.full(0, (), INDEX)
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     largest = ctx.node.target is aten.cummax.default
     # The init pair loses every comparison: the weakest value with index -1 (ties go later).
-    inits = [e.scalar(_minmax_init(x.dtype, largest), x.dtype), e.scalar(-1, INDEX)]
+    inits = [e.scalar(minmax_init(x.dtype, largest), x.dtype), e.scalar(-1, INDEX)]
     values, indices = scan(
         ctx, [x, e.iota(x.shape, dim, INDEX)], inits, dim, arg_combiner(ctx, largest, True)
     )
@@ -96,7 +92,7 @@ def _logaddexp(ctx: LoweringContext, a: Value, b: Value) -> list[Value]:
     return [e.binary("add", hi, e.unary("log_plus_one", e.unary("exponential", delta)))]
 
 
-@lowering(aten.logcumsumexp.default, supports=dtypes_in(*FLOATS))
+@lowering(aten.logcumsumexp.default, supports=floats)
 def _lower_logcumsumexp(ctx: LoweringContext, x: Value, dim: int) -> Value:
     e = ctx.emit
     xf = e.convert(x, ctx.compute_dtype(x.dtype))
@@ -104,7 +100,7 @@ def _lower_logcumsumexp(ctx: LoweringContext, x: Value, dim: int) -> Value:
         ctx,
         [xf],
         [e.scalar(float("-inf"), xf.dtype)],
-        _dim(dim, max(x.rank, 1)),
+        normalize_dim(dim, max(x.rank, 1)),
         lambda a, b: _logaddexp(ctx, a, b),
     )
     return e.convert(out, ctx.out_dtype)

@@ -15,15 +15,10 @@ import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import TensorType, Value
-from ..registry import ALL_DTYPES, FLOATS, dtypes_in, lowering
+from ..registry import lowering
+from ..rules import any_dtype, floats, normalize_dim
 
 aten = torch.ops.aten
-any_dtype = dtypes_in(*ALL_DTYPES)
-floats = dtypes_in(*FLOATS)
-
-
-def _dim(d: int, rank: int) -> int:
-    return d + rank if d < 0 else d
 
 
 @lowering(
@@ -50,7 +45,7 @@ def _lower_identity(ctx: LoweringContext, x: Value, **_: object) -> Value:
 
 @lowering(aten.permute.default, aten.permute_copy.default, supports=any_dtype)
 def _lower_permute(ctx: LoweringContext, x: Value, dims: Sequence[int]) -> Value:
-    return ctx.emit.transpose(x, [_dim(d, x.rank) for d in dims])
+    return ctx.emit.transpose(x, [normalize_dim(d, x.rank) for d in dims])
 
 
 @lowering(aten.t.default, supports=any_dtype)
@@ -61,7 +56,7 @@ def _lower_t(ctx: LoweringContext, x: Value) -> Value:
 @lowering(aten.transpose.int, supports=any_dtype)
 def _lower_transpose(ctx: LoweringContext, x: Value, d0: int, d1: int) -> Value:
     perm = list(range(x.rank))
-    d0, d1 = _dim(d0, x.rank), _dim(d1, x.rank)
+    d0, d1 = normalize_dim(d0, x.rank), normalize_dim(d1, x.rank)
     perm[d0], perm[d1] = perm[d1], perm[d0]
     return ctx.emit.transpose(x, perm)
 
@@ -93,7 +88,7 @@ def _lower_slice(
     end: int | None = None,
     step: int = 1,
 ) -> Value:
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     size = x.shape[dim]
     begin, stop, _ = slice(start, end, step).indices(size)
     stop = max(stop, begin)
@@ -106,7 +101,7 @@ def _lower_slice(
 
 @lowering(aten.narrow_copy.default, supports=any_dtype)
 def _lower_narrow_copy(ctx: LoweringContext, x: Value, dim: int, start: int, length: int) -> Value:
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     start = start + x.shape[dim] if start < 0 else start
     return _lower_slice(ctx, x, dim, start, start + length)
 
@@ -186,7 +181,7 @@ def _lower_as_strided_scatter(
 
 @lowering(aten.select.int, supports=any_dtype)
 def _lower_select(ctx: LoweringContext, x: Value, dim: int, index: int) -> Value:
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     index = index + x.shape[dim] if index < 0 else index
     starts = [0] * x.rank
     limits = list(x.shape)
@@ -196,7 +191,7 @@ def _lower_select(ctx: LoweringContext, x: Value, dim: int, index: int) -> Value
 
 
 def _split(ctx: LoweringContext, x: Value, sizes: Sequence[int], dim: int) -> list[Value]:
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     outs, offset = [], 0
     for size in sizes:
         starts = [0] * x.rank
@@ -216,14 +211,14 @@ def _lower_split_with_sizes(
 
 @lowering(aten.split.Tensor, supports=any_dtype)
 def _lower_split(ctx: LoweringContext, x: Value, size: int, dim: int = 0) -> list[Value]:
-    total = x.shape[_dim(dim, x.rank)]
+    total = x.shape[normalize_dim(dim, x.rank)]
     sizes = [min(size, total - i) for i in range(0, total, size)] or [0]
     return _split(ctx, x, sizes, dim)
 
 
 @lowering(aten.unbind_copy.int, aten.unbind.int, supports=any_dtype)
 def _lower_unbind(ctx: LoweringContext, x: Value, dim: int = 0) -> list[Value]:
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     shape = [d for i, d in enumerate(x.shape) if i != dim]
     return [ctx.emit.reshape(p, shape) for p in _split(ctx, x, [1] * x.shape[dim], dim)]
 
@@ -233,7 +228,7 @@ def _lower_cat(ctx: LoweringContext, xs: Sequence[Value], dim: int = 0) -> Value
     out = ctx.out_type()
     # torch.cat skips legacy empty 1-D tensors and promotes dtypes.
     parts = [ctx.emit.convert(x, out.dtype) for x in xs if not (x.rank == 1 and x.shape[0] == 0)]
-    return ctx.emit.concatenate(parts, _dim(dim, out.rank))
+    return ctx.emit.concatenate(parts, normalize_dim(dim, out.rank))
 
 
 @lowering(aten.constant_pad_nd.default, supports=any_dtype)
@@ -337,7 +332,7 @@ def _lower_tril_triu_indices(
 # ---- reordering and tiling ------------------------------------------------------------------
 @lowering(aten.flip.default, supports=any_dtype)
 def _lower_flip(ctx: LoweringContext, x: Value, dims: Sequence[int]) -> Value:
-    dims = sorted({_dim(d, x.rank) for d in dims})
+    dims = sorted({normalize_dim(d, x.rank) for d in dims})
     return ctx.emit.reverse(x, dims) if dims else x
 
 
@@ -359,7 +354,7 @@ def _lower_unfold(ctx: LoweringContext, x: Value, dimension: int, size: int, ste
     e = ctx.emit
     if x.rank == 0:
         return e.reshape(x, ctx.out_shape)
-    dim = _dim(dimension, x.rank)
+    dim = normalize_dim(dimension, x.rank)
     n = (x.shape[dim] - size) // step + 1
     table = (np.arange(n)[:, None] * step + np.arange(size)[None, :]).reshape(n, size, 1)
     idx = e.constant(table.astype(np.int32), TensorType((n, size, 1), torch.int32))
@@ -410,7 +405,7 @@ def _lower_slice_scatter(
     end: int | None = None,
     step: int = 1,
 ) -> Value:
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     begin, stop, _ = slice(start, end, step).indices(x.shape[dim])
     count = len(range(begin, stop, step))
     return _place(ctx, x, src, dim, begin, step, count)
@@ -420,7 +415,7 @@ def _lower_slice_scatter(
 def _lower_select_scatter(
     ctx: LoweringContext, x: Value, src: Value, dim: int, index: int
 ) -> Value:
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     index = index + x.shape[dim] if index < 0 else index
     shape = list(x.shape)
     shape[dim] = 1
@@ -432,7 +427,7 @@ def _diagonal_layout(
 ) -> tuple[list[int], int, int, int]:
     """Permutation moving (dim1, dim2) last, then (start, stride, length) of the diagonal in the
     flattened trailing ``d1 * d2`` block: element (i, i + offset) sits at ``start + i * (d2 + 1)``."""
-    d1, d2 = _dim(dim1, x.rank), _dim(dim2, x.rank)
+    d1, d2 = normalize_dim(dim1, x.rank), normalize_dim(dim2, x.rank)
     perm = [d for d in range(x.rank) if d not in (d1, d2)] + [d1, d2]
     n1, n2 = x.shape[d1], x.shape[d2]
     if offset >= 0:

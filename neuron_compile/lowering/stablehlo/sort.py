@@ -17,15 +17,10 @@ import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import Value
-from ..registry import ALL_DTYPES, dtypes_in, lowering
-from .reduction import INDEX, _minmax_init
+from ..registry import lowering
+from ..rules import INDEX, any_dtype, minmax_init, normalize_dim
 
 aten = torch.ops.aten
-any_dtype = dtypes_in(*ALL_DTYPES)
-
-
-def _dim(d: int, rank: int) -> int:
-    return d + rank if d < 0 else d
 
 
 def sort_with_indices(
@@ -52,7 +47,7 @@ def sort_with_indices(
 def _sort(ctx: LoweringContext, x: Value, dim: int, descending: bool) -> tuple[Value, Value]:
     if x.rank == 0:
         return x, ctx.emit.full(0, (), INDEX)
-    return sort_with_indices(ctx, x, _dim(dim, x.rank), descending)
+    return sort_with_indices(ctx, x, normalize_dim(dim, x.rank), descending)
 
 
 @lowering(aten.sort.default, supports=any_dtype)
@@ -91,7 +86,7 @@ def _lower_topk(
 ) -> tuple[Value, Value]:
     if x.rank == 0:
         return x, ctx.emit.full(0, (), INDEX)
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     values, indices = sort_with_indices(ctx, x, dim, descending=largest)
     return _take(ctx, values, dim, 0, k), _take(ctx, indices, dim, 0, k)
 
@@ -103,7 +98,7 @@ def _lower_kthvalue(
     e = ctx.emit
     if x.rank == 0:
         return x, e.full(0, (), INDEX)
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     values, indices = sort_with_indices(ctx, x, dim, descending=False)
     shape = ctx.out_type(0).shape
     return (
@@ -161,7 +156,7 @@ def _lower_median_dim(
     e = ctx.emit
     if x.rank == 0:
         return x, e.full(0, (), INDEX)
-    dim = _dim(dim, x.rank)
+    dim = normalize_dim(dim, x.rank)
     values, indices = _median(ctx, x, dim, ctx.node.target is aten.nanmedian.dim)
     shape = ctx.out_type(0).shape
     return e.reshape(values, shape), e.reshape(indices, shape)
@@ -244,7 +239,7 @@ def _mode_support(node: fx.Node) -> str | None:
     if x.ndim == 0:
         return None
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
-    n = x.shape[_dim(dim, x.ndim)]
+    n = x.shape[normalize_dim(dim, x.ndim)]
     if n == 0 or n > _MODE_MAX_LEN:
         return f"mode along a dim of size {n} is not lowered (1 .. {_MODE_MAX_LEN})"
     return None
@@ -261,7 +256,7 @@ def _lower_mode(
     out_idx = ctx.out_type(1).dtype
     if x.rank == 0:
         return x, e.full(0, (), out_idx)
-    d = _dim(dim, x.rank)
+    d = normalize_dim(dim, x.rank)
     perm = [i for i in range(x.rank) if i != d] + [d]
     xt = e.transpose(x, perm)  # (..., n)
     r = xt.rank
@@ -273,7 +268,7 @@ def _lower_mode(
     count = e.reduce_simple(e.convert(e.compare(xi, xj, "EQ"), INDEX), 0, [r], "add")  # (..., n)
     best = e.reduce_simple(count, 0, [r - 1], "maximum")
     cand = e.compare(count, e.broadcast_in_dim(best, count.shape, lead), "EQ")
-    top = _minmax_init(xt.dtype, largest=False)  # non-candidates never win the minimum
+    top = minmax_init(xt.dtype, largest=False)  # non-candidates never win the minimum
     value = e.reduce_simple(e.select(cand, xt, ctx.full_like(top, xt)), top, [r - 1], "minimum")
     pos = e.iota(xt.shape, r - 1, INDEX)
     holds = e.compare(xt, e.broadcast_in_dim(value, xt.shape, lead), "EQ")

@@ -16,15 +16,17 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from .elementwise import _ERFC_P, _ERFC_R, _float_unary, _polynomial, erf
-from .transcendental import (
-    _ERFINV_LARGE,
-    _ERFINV_SMALL,
-    _float_binary,
-    _Ops,
-    _register,
-    float_result,
+from ..rules import (
+    Ops,
+    any_dtype,
+    binary_formula,
+    chbevl,
+    float_unary,
+    polynomial,
+    unary_formula,
 )
+from .elementwise import ERFC_P, ERFC_R, erf
+from .transcendental import ERFINV_LARGE, ERFINV_SMALL
 
 aten = torch.ops.aten
 _PI = math.pi
@@ -40,39 +42,20 @@ _LANCZOS = (
 )  # fmt: skip
 
 
-def _is_finite(o: _Ops, x: Value) -> Value:
-    return o.e.compare(o.abs(x), o.c(math.inf), "LT")
-
-
-def _is_nan(o: _Ops, x: Value) -> Value:
-    return o.e.compare(x, x, "NE")
-
-
-def _and(o: _Ops, a: Value, b: Value) -> Value:
-    return o.e.binary("and", a, b)
-
-
-def _or(o: _Ops, a: Value, b: Value) -> Value:
-    return o.e.binary("or", a, b)
-
-
-def _eq(o: _Ops, a: Value, b: Value | float) -> Value:
-    return o.e.compare(a, b if isinstance(b, Value) else o.c(b), "EQ")
-
-
-def _lanczos_z(o: _Ops, x: Value) -> tuple[Value, Value]:
+def _lanczos_z(o: Ops, x: Value) -> tuple[Value, Value]:
     """Reflect below 1/2: z = -x there, x - 1 otherwise (lgamma(z + 1) is what Lanczos gives)."""
     reflect = o.lt(x, 0.5)
     return reflect, o.e.select(reflect, o.negate(x), o.sub(x, 1.0))
 
 
-def _log_t(o: _Ops, z: Value) -> Value:
+def _log_t(o: Ops, z: Value) -> Value:
     # log(g + 1/2 + z) = log(g + 1/2) + log1p(z / (g + 1/2)): accurate on imprecise logs.
     gh = _LANCZOS_G + 0.5
     return o.add(o.log_plus_one(o.mul(z, 1.0 / gh)), math.log(gh))
 
 
-def _lgamma(o: _Ops, x: Value) -> Value:
+def lgamma(o: Ops, x: Value) -> Value:
+    """log|Gamma(x)| by Lanczos with the reflection below 1/2 (also the igamma prefactor)."""
     e = o.e
     reflect, z = _lanczos_z(o, x)
     acc = o.c(_LANCZOS_BASE)
@@ -86,13 +69,13 @@ def _lgamma(o: _Ops, x: Value) -> Value:
     a = o.abs(x)
     denom = o.log(o.sine(o.mul(o.sub(a, o.floor(a)), _PI)))
     reflection = e.select(
-        _is_finite(o, denom), o.sub(o.sub(o.c(math.log(_PI)), denom), log_y), o.negate(denom)
+        o.isfinite(denom), o.sub(o.sub(o.c(math.log(_PI)), denom), log_y), o.negate(denom)
     )
     y = e.select(reflect, reflection, log_y)
-    return e.select(_eq(o, a, math.inf), o.c(math.inf), y)  # lgamma(+-inf) = +inf
+    return e.select(o.eq(a, math.inf), o.c(math.inf), y)  # lgamma(+-inf) = +inf
 
 
-def _digamma(o: _Ops, x: Value) -> Value:
+def _digamma(o: Ops, x: Value) -> Value:
     e = o.e
     reflect, z = _lanczos_z(o, x)
     num, den = o.c(0.0), o.c(_LANCZOS_BASE)
@@ -110,14 +93,14 @@ def _digamma(o: _Ops, x: Value) -> Value:
     reflected = o.sub(y, o.div(o.mul(o.cosine(pr), _PI), o.sine(pr)))
     y = e.select(reflect, reflected, y)
     # eager: digamma(+-0) = -+inf, NaN at the negative integers (and -inf).
-    zero = _eq(o, x, 0.0)
-    neg_int = _and(o, o.lt(x, 0.0), _eq(o, x, o.floor(x)))
+    zero = o.eq(x, 0.0)
+    neg_int = o.and_(o.lt(x, 0.0), o.eq(x, o.floor(x)))
     y = e.select(neg_int, o.c(math.nan), y)
     signed_inf = o.negate(e.select(o.lt(o.div(1.0, x), 0.0), o.c(-math.inf), o.c(math.inf)))
     return e.select(zero, signed_inf, y)
 
 
-def _trunc(o: _Ops, x: Value) -> Value:
+def _trunc(o: Ops, x: Value) -> Value:
     return o.e.select(o.lt(x, 0.0), o.ceil(x), o.floor(x))
 
 
@@ -130,18 +113,18 @@ _ZETA_COEFFS = (
 _ZETA_N = 9
 
 
-def _zeta(o: _Ops, s: Value, q: Value, shift: int = 0) -> Value:
+def _zeta(o: Ops, s: Value, q: Value, shift: int = 0) -> Value:
     """Hurwitz zeta(s, q) = sum_k (q + k)^-s (Johansson 2015, formula 5, as XLA's Zeta).
     ``shift`` sums that many leading terms first, so the expansion starts from q + shift."""
     e = o.e
     neg_s = o.negate(s)
     # Negative q (integer s only, as Cephes allows): (-b)^-s = (-1)^s b^-s; XLA's power of a
     # negative base is not exact for integer exponents.
-    odd = _eq(o, o.sub(s, o.mul(o.floor(o.mul(s, 0.5)), 2.0)), 1.0)
+    odd = o.eq(o.sub(s, o.mul(o.floor(o.mul(s, 0.5)), 2.0)), 1.0)
 
     def power(b: Value) -> Value:
         p = e.binary("power", o.abs(b), neg_s)
-        return e.select(_and(o, o.lt(b, 0.0), odd), o.negate(p), p)
+        return e.select(o.and_(o.lt(b, 0.0), odd), o.negate(p), p)
 
     if shift:  # zeta(s, q) = sum_{k < shift} (q + k)^-s + zeta(s, q + shift)
         head = power(q)
@@ -175,13 +158,13 @@ def _zeta(o: _Ops, s: Value, q: Value, shift: int = 0) -> Value:
     # Cephes (eager), first match wins: s == 1 -> inf, s < 1 -> NaN, then for q <= 0 a pole (inf)
     # at integer q and NaN for a non-integer s. Applied here from the last rule to the first.
     q_nonpos = e.compare(q, o.c(0.0), "LE")
-    out = e.select(_and(o, q_nonpos, e.compare(s, o.floor(s), "NE")), o.c(math.nan), out)
-    out = e.select(_and(o, q_nonpos, _eq(o, q, o.floor(q))), o.c(math.inf), out)
+    out = e.select(o.and_(q_nonpos, e.compare(s, o.floor(s), "NE")), o.c(math.nan), out)
+    out = e.select(o.and_(q_nonpos, o.eq(q, o.floor(q))), o.c(math.inf), out)
     out = e.select(o.lt(s, 1.0), o.c(math.nan), out)
-    return e.select(_eq(o, s, 1.0), o.c(math.inf), out)
+    return e.select(o.eq(s, 1.0), o.c(math.inf), out)
 
 
-def _polygamma(o: _Ops, n: int, x: Value) -> Value:
+def _polygamma(o: Ops, n: int, x: Value) -> Value:
     """n >= 1: (-1)^(n+1) n! zeta(n + 1, x); for negative non-integer x and n <= 4, XLA's
     reflection psi^(n)(x) = -n! zeta(n + 1, 1 - x) - pi d^n/dx^n cot(pi x)."""
     e = o.e
@@ -205,27 +188,24 @@ def _polygamma(o: _Ops, n: int, x: Value) -> Value:
     else:
         g = o.div(o.mul(o.mul(c, o.add(o.mul(c, c), 2.0)), 8.0 * _PI**5), o.mul(o.mul(s2, s2), s))
     reflected = o.sub(o.mul(_zeta(o, o.c(n + 1.0), o.sub(1.0, x)), -fact), g)
-    use = _and(o, o.lt(x, 0.0), e.compare(x, o.floor(x), "NE"))
+    use = o.and_(o.lt(x, 0.0), e.compare(x, o.floor(x), "NE"))
     return e.select(use, reflected, direct)
 
 
-@lowering(aten.polygamma.default, supports=float_result)
+@lowering(aten.polygamma.default, supports=any_dtype)
 def _lower_polygamma(ctx: LoweringContext, n: int, x: Value) -> Value:
     def body(v: Value) -> Value:
-        o = _Ops(ctx, v)
+        o = Ops(ctx, v)
         return _digamma(o, v) if n == 0 else _polygamma(o, int(n), v)
 
-    return _float_unary(ctx, x, body)
+    return float_unary(ctx, x, body)
 
 
-@lowering(
-    aten.special_zeta.default,
-    aten.special_zeta.self_scalar,
-    aten.special_zeta.other_scalar,
-    supports=float_result,
+binary_formula(
+    (aten.special_zeta.default, aten.special_zeta.self_scalar, aten.special_zeta.other_scalar),
+    _zeta,
+    name="zeta",
 )
-def _lower_zeta(ctx: LoweringContext, s, q) -> Value:
-    return _float_binary(ctx, s, q, _zeta)
 
 
 # ---- modified Bessel functions of the first kind (Cephes chbevl coefficients) ---------------
@@ -277,26 +257,17 @@ _I1E_B = (
 )  # fmt: skip
 
 
-def _chbevl(o: _Ops, x: Value, coeffs: tuple[float, ...]) -> Value:
-    """Cephes ``chbevl``: Clenshaw's recurrence for a Chebyshev series, highest degree first."""
-    b0, b1, b2 = o.c(coeffs[0]), o.c(0.0), o.c(0.0)
-    for c in coeffs[1:]:
-        b2, b1 = b1, b0
-        b0 = o.add(o.sub(o.mul(x, b1), b2), c)
-    return o.mul(o.sub(b0, b2), 0.5)
-
-
-def _bessel(o: _Ops, x: Value, order: int, scaled: bool) -> Value:
+def bessel_i(o: Ops, x: Value, order: int, scaled: bool) -> Value:
     """I0/I1 (``scaled``: times exp(-|x|)). Below 8 a series in x/2 - 2, beyond one in 32/x - 2
     over sqrt(x); unscaled large values use exp(|x| - log(x)/2) so they overflow only when the
     function does."""
     e = o.e
     a = o.abs(x)
     ca, cb = (_I0E_A, _I0E_B) if order == 0 else (_I1E_A, _I1E_B)
-    small = _chbevl(o, o.sub(o.mul(a, 0.5), 2.0), ca)
+    small = chbevl(o, o.sub(o.mul(a, 0.5), 2.0), ca)
     if order == 1:
         small = o.mul(small, a)
-    large = _chbevl(o, o.sub(o.div(32.0, a), 2.0), cb)
+    large = chbevl(o, o.sub(o.div(32.0, a), 2.0), cb)
     if scaled:
         large = o.div(large, o.sqrt(a))
     else:
@@ -308,31 +279,31 @@ def _bessel(o: _Ops, x: Value, order: int, scaled: bool) -> Value:
     return y
 
 
-_register(aten.i0.default, lambda o, x: _bessel(o, x, 0, scaled=False))
-_register(aten.special_i0e.default, lambda o, x: _bessel(o, x, 0, scaled=True))
-_register(aten.special_i1.default, lambda o, x: _bessel(o, x, 1, scaled=False))
-_register(aten.special_i1e.default, lambda o, x: _bessel(o, x, 1, scaled=True))
+unary_formula(aten.i0.default, lambda o, x: bessel_i(o, x, 0, scaled=False))
+unary_formula(aten.special_i0e.default, lambda o, x: bessel_i(o, x, 0, scaled=True))
+unary_formula(aten.special_i1.default, lambda o, x: bessel_i(o, x, 1, scaled=False))
+unary_formula(aten.special_i1e.default, lambda o, x: bessel_i(o, x, 1, scaled=True))
 
 
 # ---- erfcx, ndtri ----------------------------------------------------------------------------
 # Cephes' f32 erfc tail (as elementwise.erfc): erfc(x) = exp(-x^2) / x * P(1 / x^2) for x > 1, so
 # erfcx(x) = P(1 / x^2) / x with no exp at all; 2 exp(x^2) - P / |x| below -1.
-def _erfcx(o: _Ops, x: Value) -> Value:
+def _erfcx(o: Ops, x: Value) -> Value:
     e, ctx = o.e, o.ctx
     a = o.abs(x)
     q = o.div(1.0, a)
     y = o.mul(q, q)
-    p = e.select(o.lt(a, 2.0), _polynomial(ctx, y, _ERFC_P), _polynomial(ctx, y, _ERFC_R))
+    p = e.select(o.lt(a, 2.0), polynomial(ctx, y, ERFC_P), polynomial(ctx, y, ERFC_R))
     tail = o.mul(q, p)
     exp_x2 = o.exponential(o.mul(x, x))
     negative = o.sub(o.mul(exp_x2, 2.0), tail)
     middle = o.mul(exp_x2, o.sub(1.0, erf(ctx, x)))
     out = e.select(e.compare(x, o.c(1.0), "GT"), tail, middle)
     out = e.select(o.lt(x, -1.0), negative, out)
-    return e.select(_eq(o, x, math.inf), o.c(0.0), out)
+    return e.select(o.eq(x, math.inf), o.c(0.0), out)
 
 
-def _ndtri_tail(o: _Ops, p: Value) -> Value:
+def _ndtri_tail(o: Ops, p: Value) -> Value:
     """ndtri for tiny p, where Giles' f32 polynomial (fit for w <= 16) no longer holds: with
     t = -ndtri(p) and ndtr(-t) = exp(-t^2 / 2) erfcx(t / sqrt 2) / 2, iterate
     t = sqrt(-2 log p + 2 log(erfcx(t / sqrt 2) / 2)), which contracts by about 1/t^2 per step."""
@@ -348,7 +319,7 @@ _NDTRI_TAIL_STEPS = 5
 _NDTRI_TAIL_BELOW = 1e-7  # w = -log(4p) > 14.7 from here on
 
 
-def _ndtri(o: _Ops, p: Value) -> Value:
+def _ndtri(o: Ops, p: Value) -> Value:
     """ndtri(p) = sqrt(2) erfinv(2p - 1) with Giles' erfinv, whose argument w = -log(1 - x^2) is
     taken as -log(4 p (1 - p)) so that small p keeps full relative precision."""
     e = o.e
@@ -357,19 +328,19 @@ def _ndtri(o: _Ops, p: Value) -> Value:
     # transcendental._erfinv forms w from x itself; its polynomial here takes the accurate w.
     small = o.lt(w, 5.0)
     w = e.select(small, o.sub(w, 2.5), o.sub(o.sqrt(w), 3.0))
-    poly = e.select(small, o.c(_ERFINV_SMALL[0]), o.c(_ERFINV_LARGE[0]))
-    for lo, hi in zip(_ERFINV_SMALL[1:], _ERFINV_LARGE[1:], strict=True):
+    poly = e.select(small, o.c(ERFINV_SMALL[0]), o.c(ERFINV_LARGE[0]))
+    for lo, hi in zip(ERFINV_SMALL[1:], ERFINV_LARGE[1:], strict=True):
         poly = o.add(o.mul(poly, w), e.select(small, o.c(lo), o.c(hi)))
     y = o.mul(o.mul(poly, x), math.sqrt(2.0))
     tiny = o.lt(p, _NDTRI_TAIL_BELOW)
     y = e.select(tiny, _ndtri_tail(o, e.select(tiny, p, o.c(_NDTRI_TAIL_BELOW))), y)
-    y = e.select(_eq(o, p, 0.0), o.c(-math.inf), y)
-    y = e.select(_eq(o, p, 1.0), o.c(math.inf), y)
-    out_of_domain = _or(o, o.lt(p, 0.0), e.compare(p, o.c(1.0), "GT"))
+    y = e.select(o.eq(p, 0.0), o.c(-math.inf), y)
+    y = e.select(o.eq(p, 1.0), o.c(math.inf), y)
+    out_of_domain = o.or_(o.lt(p, 0.0), e.compare(p, o.c(1.0), "GT"))
     return e.select(out_of_domain, o.c(math.nan), y)
 
 
-_register(aten.lgamma.default, _lgamma)
-_register(aten.digamma.default, _digamma)
-_register(aten.special_erfcx.default, _erfcx)
-_register(aten.special_ndtri.default, _ndtri)
+unary_formula(aten.lgamma.default, lgamma)
+unary_formula(aten.digamma.default, _digamma)
+unary_formula(aten.special_erfcx.default, _erfcx)
+unary_formula(aten.special_ndtri.default, _ndtri)

@@ -1,6 +1,6 @@
 """Driver for AWS's Neuron compiler ``neuronx-cc``: find it, build its command, run it, triage it.
 
-The command is TorchNeuron's (``/work/shared/reference/torchneuron.md`` §2.5)::
+The command is TorchNeuron's (``docs/trainium-reference.md`` §R5)::
 
     neuronx-cc compile <work>/module.mlir --framework XLA --target <trn2|trn3> --lnc <1|2> -O<k>
         --model-type transformer --auto-cast=none <$NEURON_CC_FLAGS> --output <work>/model.neff
@@ -9,7 +9,8 @@ with ``module.hlo.pb`` (an ``HloModuleProto``) instead of ``module.mlir`` (Stabl
 under ``artifact="hlo"``. User flags come last, so they override ours where neuronx-cc lets the
 last occurrence win. It runs in a fresh work directory with a timeout, its output streams to
 this module's logger at DEBUG, and a failure becomes ``NeuronxCcError`` (NC522) carrying the
-first ``NCC_*`` code and its triage class; a timeout is ``NeuronxCcTimeout`` (NC523).
+first ``NCC_*`` code and its triage class (``triage.py``, §R7); a timeout is ``NeuronxCcTimeout``
+(NC523).
 
 Environment: ``NEURON_COMPILE_NEURONX_CC`` (path of the compiler; default: ``neuronx-cc`` on
 PATH), ``NEURON_COMPILE_NEURONX_CC_TIMEOUT`` (seconds, default 7200), ``NEURON_CC_FLAGS``
@@ -36,7 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cache.binding import NEFF_FILE
+from ..cache.binding import NEFF_FILE
+from .triage import triage_class
 
 log = logging.getLogger(__name__)
 
@@ -49,48 +51,6 @@ LOG_FILE = "neuronx-cc.log"
 #: ``NCC_`` + E(rror)/I(nternal) + 3-letter class + 3 digits; older logs print ``[TEN404]``.
 NCC_CODE = re.compile(r"NCC_[EI][A-Z]{3}\d{3}")
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)*(?:[+.\-][\w.]+)?")
-
-#: Triage classes of neuronx-cc codes (trainium-nki.md §6): class -> (codes, what to do).
-TRIAGE: dict[str, tuple[tuple[str, ...], str]] = {
-    "user-shape-dtype": (
-        ("EMOD025", "ESPP", "ESFH002", "EVRF004", "EVRF005", "EVRF035", "EVRF051", "EVRF052")
-        + tuple(f"EVRF06{i}" for i in range(4)),
-        "pad/bucket the shapes, cast the dtype, or pass a downcast flag in NEURON_CC_FLAGS",
-    ),
-    "unsupported-op": (
-        ("EUOC002", "EVRF001", "EVRF006", "EVRF010", "EVRF011", "EVRF013", "EVRF016", "EVRF017")
-        + ("EVRF018", "EVRF019", "EVRF022"),
-        "run the op on the CPU (fallback) or rewrite it; report it so a decomposition is added",
-    ),
-    "lowering-bug": (
-        ("EHCA005", "EVRF015", "EVRF031", "EVRF064")
-        + tuple(f"EVRF0{i}" for i in (*range(36, 51), 53, 54, 55, 56, 57, 58)),
-        "a neuron-compile lowering bug: report it with NEURON_COMPILE_DUMP_DIR's dump",
-    ),
-    "nki-toolchain": (
-        ("EVRF059", "EVRF065"),
-        "re-trace the NKI kernel; check the artifact path and the nki/neuronx-cc versions",
-    ),
-    "capacity": (
-        ("EOOM", "EXSP001", "EVRF007", "EVRF009", "EBVF030", "EXTP004", "EBIR023"),
-        "split the graph, use a smaller bucket/batch, LNC=2 or sharding",
-    ),
-    "configuration": (("EARG001",), "fix --target / --lnc (NEURON_COMPILE_TARGET / _LNC)"),
-    "compiler-internal": (("I",), "a neuronx-cc internal error: report it to AWS with the log"),
-}
-
-
-def triage(ncc_code: str | None) -> tuple[str, str]:
-    """``(class, action)`` of an ``NCC_*`` code; ``unknown`` for codes outside the table."""
-    if not ncc_code:
-        return "unknown", "read the neuronx-cc log tail in the error"
-    code = ncc_code.removeprefix("NCC_")
-    if code.startswith("I"):
-        return "compiler-internal", TRIAGE["compiler-internal"][1]
-    for name, (codes, action) in TRIAGE.items():
-        if name != "compiler-internal" and any(code.startswith(c) for c in codes):
-            return name, action
-    return "unknown", "look the code up in the Neuron SDK's compiler/error-codes"
 
 
 def find_neuronx_cc() -> str | None:
@@ -224,7 +184,7 @@ def run_neuronx_cc(
     Returns ``(neff bytes, log tail)``. Raises NC521 without a compiler, NC522 on a non-zero
     exit (with ``ncc_code``/``triage``) and NC523 on timeout.
     """
-    from . import errors  # lazy: errors imports torch.fx
+    from .. import errors  # lazy: errors imports torch.fx
 
     exe = exe or find_neuronx_cc()
     if exe is None:
@@ -286,7 +246,7 @@ def run_neuronx_cc(
             full = text + ("\n" + logfile.read_text(errors="replace") if logfile.exists() else "")
             codes = NCC_CODE.findall(full)
             code = next((c for c in codes if c.startswith("NCC_E")), codes[0] if codes else None)
-            klass, action = triage(code)
+            klass, action = triage_class(code)
             first = next((ln for ln in full.splitlines() if code and code in ln), "")
             raise errors.NeuronxCcError(
                 f"neuronx-cc failed on graph {graph_name} (exit {returncode})"
@@ -332,7 +292,7 @@ def compile_job(job: NeffJob | dict[str, Any], *, disk: Any = None) -> NeffResul
     if isinstance(job, dict):
         job = NeffJob(**job)
     if disk is None:
-        from .cache.tiers import disk_cache
+        from ..cache.tiers import disk_cache
 
         disk = disk_cache()
     start = time.perf_counter()
@@ -373,7 +333,7 @@ def compile_job(job: NeffJob | dict[str, Any], *, disk: Any = None) -> NeffResul
             codes = NCC_CODE.findall(getattr(e, "message", "") or "")
             result.ncc_code = codes[0] if codes else None
         result.triage = getattr(e, "triage", None) or (
-            triage(result.ncc_code)[0] if result.ncc_code else None
+            triage_class(result.ncc_code)[0] if result.ncc_code else None
         )
         result.message = str(e).splitlines()[0]
     result.seconds = time.perf_counter() - start
@@ -381,125 +341,3 @@ def compile_job(job: NeffJob | dict[str, Any], *, disk: Any = None) -> NeffResul
 
 
 # -- the compile path of one graph (called by compiler._compile_region for trn targets) --------
-
-_said: set[str] = set()
-_said_lock = threading.Lock()
-
-
-def _say_once(key: str, message: str) -> None:
-    with _said_lock:
-        if key in _said:
-            return
-        _said.add(key)
-    log.info(message)
-    import warnings
-
-    warnings.warn(f"neuron-compile: {message}", UserWarning, stacklevel=4)
-
-
-def neff_key(
-    module_text: str, io_specs: object, *, artifact_form: str, cfg: Any, exe: str, input_name: str
-) -> Any:
-    """Cache key of a graph's NEFF: the graph key with target, LNC and ``$NEURON_CC_FLAGS``
-    (``graph_key``'s own components) plus the compiler version, -O level and input form."""
-    from .cache.key import graph_key
-    from .targets import get_target
-
-    target = get_target(cfg.target)
-    return graph_key(
-        module_text,
-        io_specs=io_specs,
-        artifact_form=artifact_form,
-        target=str(target.neuronx_cc_target),
-        lnc=str(cfg.lnc),
-        flags=os.environ.get(ENV_FLAGS, ""),
-    ).extend(
-        entry="neff",
-        neuronx_cc_version=compiler_version(exe),
-        optlevel=str(cfg.optlevel),
-        neuronx_cc_input=input_name,
-    )
-
-
-def neff_for_graph(
-    text: str,
-    io_specs: object,
-    *,
-    cfg: Any,
-    graph_name: str,
-    cache_name: str,
-    disk: Any,
-    device: bool,
-) -> bytes | None:
-    """NEFF of one lowered graph for ``cfg.target`` (a trn target), or None when none is made.
-
-    - precompile collection (``neuron-compile precompile``): record a job, return None;
-    - neuronx-cc present: the cached NEFF, or compile it now (negative entry on failure);
-    - no neuronx-cc and no device (compile-only): verify the neuronx-cc input, say once that
-      graphs stop there, return None; no neuronx-cc but a device: NC521.
-    """
-    from . import artifact as artifact_mod
-    from . import precompile
-
-    input_name, data = artifact_mod.neuronx_cc_input(text, cfg.artifact)
-    exe = find_neuronx_cc()
-    if exe is None:
-        if device:
-            run_neuronx_cc(input_name, data, target=cfg.target, lnc=cfg.lnc, graph_name=graph_name)
-        artifact_mod.artifact_text(data, "hlo" if input_name.endswith(".pb") else "bytecode")
-        _say_once(
-            "no-neuronx-cc",
-            f"target {cfg.target} without neuronx-cc: graphs stop after their verified "
-            f"artifacts ({input_name}); no NEFF is compiled (set {ENV_PATH} or install the "
-            "Neuron SDK); the XLA CPU executor runs them",
-        )
-        return None
-    key = neff_key(
-        text, io_specs, artifact_form=cfg.artifact, cfg=cfg, exe=exe, input_name=input_name
-    )
-    digest = key.digest()
-    collect = precompile.collect_dir()
-    if collect is not None:
-        job = NeffJob(
-            graph_name=graph_name,
-            key=digest,
-            components=key.components(),
-            input_name=input_name,
-            input_path="",
-            target=cfg.target,
-            lnc=int(cfg.lnc),
-            optlevel=int(cfg.optlevel),
-            flags=os.environ.get(ENV_FLAGS, ""),
-            cache_name=cache_name,
-        )
-        entry = disk.get(digest) if disk is not None else None
-        cached = len(entry.read(NEFF_FILE)) if entry is not None else 0
-        precompile.record_job(collect, job, data, cached_neff_bytes=cached)
-        return None
-    if not device:
-        _say_once(
-            "compile-only",
-            f"compile-only mode: no Neuron device, graphs are compiled to {cfg.target} NEFFs "
-            "into the cache and run on the XLA CPU executor",
-        )
-
-    def build() -> dict[str, bytes]:
-        neff, tail = run_neuronx_cc(
-            input_name,
-            data,
-            target=cfg.target,
-            lnc=int(cfg.lnc),
-            optlevel=int(cfg.optlevel),
-            flags=os.environ.get(ENV_FLAGS, ""),
-            graph_name=graph_name,
-            exe=exe,
-        )
-        return {NEFF_FILE: neff, LOG_FILE: tail.encode()}
-
-    if disk is None:
-        return build()[NEFF_FILE]
-    files, source = disk.get_or_create(
-        digest, build, graph_name=cache_name + ".neff", components=key.components()
-    )
-    log.debug("graph %s: NEFF from %s", graph_name, source)
-    return files[NEFF_FILE]

@@ -3,7 +3,7 @@
 Runs on every graph (or compiled region) bound for a trn target, after lowering, on both the FX
 graph (dtypes, shapes, static index values, sizes: the node and the user's line are at hand) and
 the emitted StableHLO (types and custom-call targets that reach the compiler). Each rule maps a
-violation to the neuronx-cc error it pre-empts (``/work/shared/reference/trainium-nki.md`` §5, §6)
+violation to the neuronx-cc error it pre-empts (``docs/trainium-reference.md`` §R6; codes: §R7)
 and raises a coded ``LegalityError`` subclass (NC501-NC509) with ``ncc_code``, ``target``,
 ``rule``, the FX node and the user's source line.
 
@@ -19,15 +19,18 @@ import re
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.fx as fx
 
-from . import errors
-from .cost_model import nbytes, tensors_in
-from .lowering.lower_graph import LoweredGraph
-from .lowering.registry import INT32, int64_value_beyond_int32
-from .targets import Target
+from .. import errors
+from ..lowering.lower_graph import LoweredGraph
+from ..lowering.registry import INT32, int64_value_beyond_int32
+from .cost_model import MATMUL_OPS, contraction_size, nbytes, tensors_in
+
+if TYPE_CHECKING:  # target.py imports this module to check; no import cycle at run time
+    from .target import TrainiumTarget
 
 aten = torch.ops.aten
 
@@ -63,7 +66,7 @@ class Violation:
 
 @dataclass(frozen=True)
 class Context:
-    target: Target
+    target: TrainiumTarget
     lnc: int
     flags: tuple[str, ...]
 
@@ -423,12 +426,10 @@ def check_hbm(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
         )
 
 
-_MATMULS = {aten.mm.default, aten.bmm.default, aten.addmm.default, aten.baddbmm.default}
-
-
-def estimate_instructions(gm: fx.GraphModule, target: Target) -> int:
+def estimate_instructions(gm: fx.GraphModule, target: TrainiumTarget) -> int:
     """Graph-size proxy: one instruction per output tile of 128 partitions x 512 elements for
-    elementwise/data-movement ops; matmuls by TensorE tiles (M/128 x N/512 x K/128)."""
+    elementwise/data-movement ops; matmuls (``cost_model.MATMUL_OPS``) by TensorE tiles
+    (M/128 x N/512 x K/128, ``K = cost_model.contraction_size``)."""
     tiles = target.tiles
     per_tile = tiles.partition_max * tiles.gemm_moving_free_max
     total = 0
@@ -437,14 +438,8 @@ def estimate_instructions(gm: fx.GraphModule, target: Target) -> int:
         if not ts:
             continue
         out = ts[0]
-        if node.target in _MATMULS and out.dim() >= 2:
-            a = (
-                node.args[1]
-                if node.target in (aten.addmm.default, aten.baddbmm.default)
-                else node.args[0]
-            )
-            a_val = a.meta.get("val") if isinstance(a, fx.Node) else None
-            k = int(a_val.shape[-1]) if isinstance(a_val, torch.Tensor) else 1
+        if node.target in MATMUL_OPS and out.dim() >= 2:
+            k = contraction_size(node)
             batch = out.numel() // max(1, int(out.shape[-1]) * int(out.shape[-2]))
             total += batch * (
                 math.ceil(int(out.shape[-2]) / tiles.gemm_stationary_free_max)
@@ -513,7 +508,7 @@ RULES: tuple[Rule, ...] = (
 def find_violations(
     gm: fx.GraphModule,
     lowered: LoweredGraph,
-    target: Target,
+    target: TrainiumTarget,
     *,
     lnc: int | None = None,
     flags: str = "",
@@ -526,7 +521,7 @@ def find_violations(
 def check_legality(
     gm: fx.GraphModule,
     lowered: LoweredGraph,
-    target: Target,
+    target: TrainiumTarget,
     *,
     lnc: int | None = None,
     flags: str = "",

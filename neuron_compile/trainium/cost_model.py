@@ -1,21 +1,22 @@
 """A roofline estimate of how long a graph takes on one logical NeuronCore.
 
-Without a device, the effect of a pass is measured here, not timed. Each FX node costs
+Without a device, the effect of a pass is measured here, not timed. ``estimate_module`` costs the
+StableHLO text we hand to the executor or neuronx-cc (what a pass changed is visible there after
+lowering, e.g. a transpose folded into a ``dot_general``). Each op costs
 ``max(compute time, HBM time)``: compute is FLOPs over TensorE's peak for matmuls and
 convolutions, elements over the Vector/Scalar engines' throughput for everything else; HBM time
-is the bytes the node reads (each distinct operand once) and writes over the core's HBM bandwidth
-share. Views cost nothing.
+is the bytes the op reads (each distinct operand once) and writes over the core's HBM bandwidth
+share. Reshapes and constants cost nothing.
 This is a first-order model (no fusion, no SBUF reuse, no DMA fixed costs); it ranks rewrites, it
 does not predict wall time.
 
-Constants (trainium-nki.md §1.2 and §1.4, from the Neuron SDK architecture guides), per physical
-NeuronCore; one LNC=2 logical core has twice the engines and bandwidth. TensorE peaks and HBM
-bandwidth come from ``targets.py`` (trainium-nki.md §1.1 "BF16/FP16/TF32 / FP8 / FP32 per NC" and
-§1.4 "HBM BW share": 0.36 TB/s on trn2, min(4.9 TB/s / 8, DMA cap 0.528) = 0.53 TB/s on trn3).
+Constants (``docs/trainium-reference.md`` §R2, from the Neuron SDK architecture guides), per
+physical NeuronCore; one LNC=2 logical core has twice the engines and bandwidth. TensorE peaks
+and HBM bandwidth come from ``trainium/target.py`` (§R2 "TensorE BF16/FP16/TF32 / FP8 / FP32" and
+"HBM bandwidth share": 0.36 TB/s on trn2, min(4.9 TB/s / 8, DMA cap 0.528) = 0.53 TB/s on trn3).
 
-Two entry points share those constants: ``estimate`` / ``node_cost`` cost an ATen FX graph, and
-``estimate_module`` costs the StableHLO text we hand to the executor or neuronx-cc (what a pass
-changed is visible there after lowering, e.g. a transpose folded into a ``dot_general``).
+The per-node numbers of an ATen FX graph that legality's HBM and graph-size estimates use
+(``tensors_in``, ``nbytes``, ``MATMUL_OPS``, ``contraction_size``) live here too.
 """
 
 from __future__ import annotations
@@ -24,58 +25,43 @@ import logging
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
 
-from .targets import Target, get_target, resolve_lnc
+from ..targets import get_target
+
+if TYPE_CHECKING:  # target.py imports this module to estimate; no import cycle at run time
+    from .target import TrainiumTarget
 
 log = logging.getLogger(__name__)
 
 aten = torch.ops.aten
 
-#: Vector/Scalar engine element throughput per physical core, elements/s (§1.4 "VectorE
-#: throughput": 512 elem/cycle x 0.96 GHz for 16-bit types on NC-v3, 256 for the rest; NC-v4
-#: 512/256 x 1.2 GHz).
+#: Vector/Scalar engine element throughput per physical core, elements/s (§R2 "VectorE":
+#: 512 elem/cycle x 0.96 GHz for 16-bit types on NC-v3, 256 for the rest; NC-v4 512/256 x
+#: 1.2 GHz).
 ELEMENTWISE_RATE: dict[str, dict[str, float]] = {
     "trn2": {"16bit": 512 * 0.96e9, "other": 256 * 0.96e9},
     "trn3": {"16bit": 512 * 1.2e9, "other": 256 * 1.2e9},
 }
 
 _DOT_GENERAL = torch.ops.neuron_compile.dot_general.default  # passes/sink_transposes.py
-_MATMULS = {
-    aten.mm.default,
-    aten.bmm.default,
-    aten.addmm.default,
-    aten.baddbmm.default,
-    _DOT_GENERAL,
-}
-_FREE = {
-    aten.view.default,
-    aten._unsafe_view.default,
-    aten.reshape.default,
-    aten.expand.default,
-    aten.permute.default,
-    aten.t.default,
-    aten.transpose.int,
-    aten.unsqueeze.default,
-    aten.squeeze.dim,
-    aten.squeeze.dims,
-    aten.slice.Tensor,
-    aten.select.int,
-    aten.alias.default,
-    aten.detach.default,
-}
+#: The FX matmul ops: TensorE work, one ``[..., M, N]`` output per batch, ``K`` from
+#: ``contraction_size``. Legality's instruction count tiles these by TensorE tiles.
+MATMUL_OPS: frozenset[Any] = frozenset(
+    {
+        aten.mm.default,
+        aten.bmm.default,
+        aten.addmm.default,
+        aten.baddbmm.default,
+        _DOT_GENERAL,
+    }
+)
 
 
-@dataclass(frozen=True)
-class NodeCost:
-    node: str
-    flops: float
-    bytes: float
-    seconds: float
-    bound: str  # "compute" | "memory" | "free"
+# ---- per-node numbers of an ATen FX graph (used by legality.py's estimators) -----------------
 
 
 def tensors_in(value: object) -> list[torch.Tensor]:
@@ -95,56 +81,19 @@ def nbytes(t: torch.Tensor) -> int:
     return numel * t.element_size()
 
 
-def matmul_flops(node: fx.Node) -> float:
-    """2 x M x N x K (x batch) for the mm family, from the output and the first operand."""
-    out = node.meta["val"]
-    if node.target is _DOT_GENERAL:  # (lhs, rhs, lhs_contract, ...): K from the lhs dims
-        lhs_shape = node.args[0].meta["val"].shape
-        return 2.0 * out.numel() * math.prod(lhs_shape[d] for d in node.args[2])
-    a = node.args[1 if node.target in (aten.addmm.default, aten.baddbmm.default) else 0]
-    k = a.meta["val"].shape[-1]
-    return 2.0 * out.numel() * k
-
-
-def _dtype_key(dtype: torch.dtype) -> str:
-    if dtype in (torch.bfloat16, torch.float16):
-        return str(dtype).removeprefix("torch.")
-    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        return "float8"
-    return "float32"
-
-
-def node_cost(node: fx.Node, target: Target, lnc: int = 1) -> NodeCost | None:
-    """The roofline cost of one ``call_function`` node (None for other node kinds)."""
-    if node.op != "call_function":
-        return None
-    outs = tensors_in(node.meta.get("val"))
-    if node.target in _FREE or not outs:
-        return NodeCost(node.name, 0.0, 0.0, 0.0, "free")
-    ins = [t for a in node.all_input_nodes for t in tensors_in(a.meta.get("val"))]
-    moved = float(sum(nbytes(t) for t in ins + outs))
-    memory_s = moved / (target.hbm_bandwidth * lnc)
-    out = outs[0]
-    if node.target in _MATMULS:
-        flops = matmul_flops(node)
-        compute_s = flops / target.peak_flops_per_logical_core(_dtype_key(out.dtype), lnc)
+def contraction_size(node: fx.Node) -> int:
+    """``K`` of a ``MATMUL_OPS`` node: the lhs's last dim for the mm family (the first matrix
+    operand of ``addmm``/``baddbmm``), the product of the lhs contracting dims for
+    ``dot_general``; 1 when the operand carries no tensor value."""
+    if node.target is _DOT_GENERAL:  # (lhs, rhs, lhs_contract, ...)
+        lhs, dims = node.args[0], node.args[2]
     else:
-        # Elementwise and reductions: one engine pass over the larger of inputs and outputs.
-        elems = max([t.numel() for t in ins + outs])
-        flops = float(elems)
-        width = "16bit" if out.element_size() == 2 else "other"
-        compute_s = elems / (ELEMENTWISE_RATE[target.name][width] * lnc)
-    seconds = max(compute_s, memory_s)
-    return NodeCost(
-        node.name, flops, moved, seconds, "compute" if compute_s >= memory_s else "memory"
-    )
-
-
-def estimate(gm: fx.GraphModule, target: Target, lnc: int = 1) -> tuple[float, list[NodeCost]]:
-    """Total estimated seconds of ``gm`` on one logical core, and the per-node costs."""
-    target = _as_target(target)
-    costs = [c for n in gm.graph.nodes if (c := node_cost(n, target, lnc)) is not None]
-    return math.fsum(c.seconds for c in costs), costs
+        lhs = node.args[1 if node.target in (aten.addmm.default, aten.baddbmm.default) else 0]
+        dims = (-1,)
+    val = lhs.meta.get("val") if isinstance(lhs, fx.Node) else None
+    if not isinstance(val, torch.Tensor):
+        return 1
+    return math.prod(int(val.shape[d]) for d in dims)
 
 
 # ---- StableHLO modules ------------------------------------------------------------------------
@@ -183,10 +132,11 @@ _TERMINATORS = frozenset({"func.return", "stablehlo.return"})
 #: Control flow whose regions are real work (unlike a reduce's scalar combiner body).
 _CONTROL_FLOW = frozenset({"stablehlo.while", "stablehlo.case", "stablehlo.if"})
 
-#: Engine passes over the elements of one fused ``AwsNeuron*`` kernel (the custom calls our
-#: ``neuron_calls`` lowerings emit; trainium-nki.md §3.1). This is our first-order assumption,
-#: not a measured number: softmax = max, exp + sum, scale; rmsnorm = sum of squares, scale;
-#: gelu/silu = one activation pass; each backward = recompute + multiply by the incoming grad.
+#: Engine passes over the elements of one fused ``AwsNeuron*`` kernel (the built-in custom calls
+#: of ``docs/trainium-reference.md`` §R8 that ``trainium/kernels/fused.py`` emits). This is our
+#: first-order assumption, not a measured number: softmax = max, exp + sum, scale; rmsnorm = sum
+#: of squares, scale; gelu/silu = one activation pass; each backward = recompute + multiply by the
+#: incoming grad.
 CUSTOM_CALL_PASSES: dict[str, int] = {
     "AwsNeuronSoftmax": 3,
     "AwsNeuronSoftmaxBackward": 2,
@@ -241,7 +191,7 @@ def _elem_bytes(et: Any) -> int:
 
 
 def _peak_key(et: Any) -> str:
-    """``targets.Target.peak_flops`` key of an MLIR element type."""
+    """``TrainiumTarget.peak_flops`` key of an MLIR element type."""
     name = str(et)
     if name == "bf16":
         return "bfloat16"
@@ -264,7 +214,7 @@ def _tensor(value: Any) -> tuple[int, int, Any] | None:
 class _Walker:
     """Costs the ops of one parsed module; ``funcs`` maps symbol names to ``func.func`` ops."""
 
-    def __init__(self, target: Target, lnc: int, funcs: dict[str, Any]) -> None:
+    def __init__(self, target: TrainiumTarget, lnc: int, funcs: dict[str, Any]) -> None:
         self.target, self.lnc, self.funcs = target, lnc, funcs
         self.hbm = target.hbm_bandwidth * lnc
 
@@ -359,14 +309,14 @@ class _Walker:
         return 2.0 * out_elems * k
 
 
-def _as_target(target: Target | str) -> Target:
+def _as_target(target: TrainiumTarget | str) -> TrainiumTarget:
     t = get_target(target) if isinstance(target, str) else target
-    if not t.is_neuron:
+    if not callable(getattr(t, "peak_flops_per_logical_core", None)):  # a TrainiumTarget
         raise ValueError(f"no cost model for target {t.name!r}; use trn2 or trn3")
     return t
 
 
-def estimate_module(text: str, target: Target | str = "trn2", lnc: int = 1) -> ModuleCost:
+def estimate_module(text: str, target: TrainiumTarget | str = "trn2", lnc: int = 1) -> ModuleCost:
     """Roofline estimate of the StableHLO module ``text`` (generic or pretty form) on one
     logical core of ``target`` (``lnc`` physical cores: engines and bandwidth scale by it).
 
@@ -382,7 +332,7 @@ def estimate_module(text: str, target: Target | str = "trn2", lnc: int = 1) -> M
     """
     from jaxlib.mlir import ir
 
-    from .artifact import _context
+    from ..artifact import _context
 
     t = _as_target(target)
     with _context(), ir.Location.unknown():
@@ -409,13 +359,13 @@ def estimate_module(text: str, target: Target | str = "trn2", lnc: int = 1) -> M
 def estimate_for_record(text: str, target_name: str, lnc: int | None = None) -> float | None:
     """Estimated device seconds of one compiled graph for ``GraphRecord.est_device_s``.
 
-    ``lnc=None``: the target's logical-core config (``targets.resolve_lnc``), since a cpu
+    ``lnc=None``: the target's logical-core config (``TrainiumTarget.resolve_lnc``), since a cpu
     compile has none of its own. Never raises: an estimate must not fail a compile, so a module
     the cost model cannot read logs at debug level and gives None.
     """
     try:
         target = _as_target(target_name)
-        return estimate_module(text, target, resolve_lnc(target, lnc)).seconds
+        return estimate_module(text, target, target.resolve_lnc(lnc)).seconds
     except Exception as e:  # noqa: BLE001 - see the docstring
         log.debug("no device-time estimate (%s: %s)", type(e).__name__, e)
         return None

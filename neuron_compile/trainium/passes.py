@@ -1,6 +1,6 @@
 """rewrite_neuron_calls: turn ATen subgraphs neuronx-cc has kernels for into ``neuron_compile`` ops.
 
-trn targets only (``NEURON_PIPELINE``). The ops in ``neuron_compile/ops/fused.py`` lower to
+trn targets only (``TrainiumTarget.pipeline``). The ops in ``kernels/fused.py`` lower to
 ``AwsNeuron*`` custom calls for neuronx-cc and to their reference decomposition on XLA CPU.
 
 Requires: ``meta["val"]`` (fake tensors) on every node of a candidate match.
@@ -46,10 +46,10 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..ops import fused  # noqa: F401  (registers torch.ops.neuron_compile.*)
-from .effects import has_effects, without_effects
-from .graph_edits import call_before
-from .graph_queries import nodes_calling
+from ..passes.effects import has_effects, without_effects
+from ..passes.graph_edits import call_before
+from ..passes.graph_queries import nodes_calling
+from .kernels import fused  # noqa: F401  (registers torch.ops.neuron_compile.*)
 
 log = logging.getLogger(__name__)
 

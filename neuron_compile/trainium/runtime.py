@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from ..targets import runtime_library
+from .probe import has_device, runtime_library
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def available() -> bool:
     """A Neuron device and the runtime library are present (cheap; no runtime init)."""
     if os.environ.get("NEURON_COMPILE_DISABLE_DEVICE", "").strip() in ("1", "true"):
         return False
-    return os.path.exists("/dev/neuron0") and runtime_library() is not None
+    return has_device() and runtime_library() is not None
 
 
 _init_lock = threading.Lock()
@@ -86,12 +86,10 @@ def runtime_version() -> str:
     """Version string of the Neuron runtime, or ``absent``."""
     if not available():
         return "absent"
-    try:
-        from importlib import metadata
+    from ..versions import dist_version
 
-        return metadata.version("neuronx-runtime-lib")
-    except Exception:
-        return "present"
+    version = dist_version("neuronx-runtime-lib")
+    return "present" if version == "absent" else version
 
 
 class NeuronExecutable:

@@ -1,6 +1,9 @@
-"""Ops standing for neuronx-cc kernels: the custom call for neuronx-cc, the reference for XLA CPU.
+"""The trn lowering forms: ops standing for neuronx-cc kernels become their custom calls.
 
-See ``neuron_compile/ops/fused.py`` for the ops and the operand convention.
+Each op has two rules. Its reference rule (the default registry key) is what XLA CPU runs: the
+cpu target, and the CPU stand-in of a trn graph. Its kernel form (registry key ``trn``, looked
+up first for trn targets) is what neuronx-cc receives. See ``kernels/fused.py`` for the ops and
+the operand convention, ``kernels/flash_attention.py`` for the flash kernels.
 """
 
 from __future__ import annotations
@@ -12,18 +15,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...nki import KernelSpecialisationError, emit_kernel_call, load_nki, warn_fallback
-from ...ops.flash_attention import (
+from ..lowering.context import LoweringContext
+from ..lowering.emit import TensorType, Value
+from ..lowering.reference import lower_reference
+from ..lowering.registry import lowering
+from ..lowering.rules import FLOATS, dtypes_in
+from ..lowering.stablehlo.decomposed import lower_decomposed
+from ..warn_once import first_time, once_set
+from . import TRN_KEY
+from .kernels.flash_attention import (
     FLASH_DTYPES,
     FLASH_KERNELS,
     attention_backward_reference,
     attention_reference,
 )
-from ...ops.fused import NEURON_CALLS, NeuronCall
-from ..context import LoweringContext
-from ..emit import TensorType, Value
-from ..reference import lower_reference
-from ..registry import FLOATS, dtypes_in, lowering
+from .kernels.fused import NEURON_CALLS, NeuronCall
+from .kernels.nki import KernelSpecialisationError, emit_kernel_call, load_nki, warn_fallback
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +42,16 @@ def _bind(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, A
     return bound
 
 
-def _rule(op: Any, call: NeuronCall):
+def _reference_rule(op: Any, call: NeuronCall):
     def rule(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Value:
-        if not ctx.emit.neuron_calls:
-            return lower_reference(ctx, call.reference, *args, **kwargs)
+        return lower_reference(ctx, call.reference, *args, **kwargs)
+
+    rule.__name__ = rule.__qualname__ = f"lower_{op.name().split('::')[-1]}_reference"
+    return rule
+
+
+def _kernel_rule(op: Any, call: NeuronCall):
+    def rule(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Value:
         bound = _bind(op, args, kwargs)
         out = ctx.out_type()
         operands: list[Value] = []
@@ -54,19 +67,32 @@ def _rule(op: Any, call: NeuronCall):
             else:
                 operands.append(ctx.emit.scalar(float(bound[name]), torch.float32))
         target = call.target(**{k: v for k, v in bound.items() if not isinstance(v, Value)})
-        return ctx.emit.custom_call(target, operands, [out])[0]
+        return ctx.custom_call(target, operands, [out])[0]
 
     rule.__name__ = rule.__qualname__ = f"lower_{op.name().split('::')[-1]}"
     return rule
 
 
+#: ATen ops kept whole for trn targets (``TrainiumTarget.kept_ops``): the trn pattern pass turns
+#: them into neuronx-cc's kernel calls (``kernels/fused.py``); where it does not, their reference
+#: rules lower PyTorch's own decomposition (silu has a direct rule of its own).
+KEPT_OPS = (
+    torch.ops.aten.silu.default,
+    torch.ops.aten.silu_backward.default,
+    torch.ops.aten.gelu_backward.default,
+    torch.ops.aten._softmax_backward_data.default,
+)
+for _op in KEPT_OPS[1:]:
+    lower_decomposed(_op)
+
 for _op, _call in NEURON_CALLS.items():
-    lowering(_op, supports=dtypes_in(*FLOATS))(_rule(_op, _call))
+    lowering(_op, supports=dtypes_in(*FLOATS))(_reference_rule(_op, _call))
+    lowering(_op, key=TRN_KEY, supports=dtypes_in(*FLOATS))(_kernel_rule(_op, _call))
 
 
 # ---- flash attention ----------------------------------------------------------------------
 # XLA CPU (the cpu target, and the stand-in of a trn graph) always runs the references. In the
-# module for neuronx-cc the ops become the NKI flash kernels (ops/flash_attention.py has the
+# module for neuronx-cc the ops become the NKI flash kernels (kernels/flash_attention.py has the
 # documented interface and its sources), with the layout changes as plain StableHLO around each
 # call; without the NKI toolchain, or for shapes outside the kernels' documented limits, the
 # references again.
@@ -76,7 +102,7 @@ _FLASH_BWD_OP = "neuron_compile::flash_attention_backward"
 #: 512, and seq_k must be a multiple of it), largest first
 _SEQ_TILE_SIZES = (2048, 1024, 512)
 _PMAX = 128  # nl.tile_size.pmax: the partition count the lse layout is tiled by
-_SKIPPED: set[tuple[str, str]] = set()  # (op, reason) already logged
+_SKIPPED: set[tuple[str, str]] = once_set()  # (op, reason) already logged
 
 
 def _flash_kernel(op_name: str, spec: str) -> Any:
@@ -93,8 +119,7 @@ def _flash_kernel(op_name: str, spec: str) -> Any:
 
 
 def _skip(op_name: str, why: str) -> None:
-    if (op_name, why) not in _SKIPPED:
-        _SKIPPED.add((op_name, why))
+    if first_time(_SKIPPED, (op_name, why)):
         log.info("%s keeps its reference decomposition on trn: %s", op_name, why)
 
 
@@ -138,11 +163,19 @@ def _from_kernel_lse(ctx: LoweringContext, lse: Value) -> Value:
     return ctx.emit.reshape(ctx.emit.transpose(lse, (0, 1, 3, 2)), (b, h, p * t))
 
 
+def _lower_flash_attention_reference(
+    ctx: LoweringContext, q: Value, k: Value, v: Value, is_causal: bool, scale: float
+) -> Any:
+    return lower_reference(ctx, attention_reference, q, k, v, is_causal, scale)
+
+
+def _lower_flash_attention_backward_reference(ctx: LoweringContext, *args: Any) -> Any:
+    return lower_reference(ctx, attention_backward_reference, *args)
+
+
 def _lower_flash_attention(
     ctx: LoweringContext, q: Value, k: Value, v: Value, is_causal: bool, scale: float
 ) -> Any:
-    if not ctx.emit.neuron_calls:
-        return lower_reference(ctx, attention_reference, q, k, v, is_causal, scale)
     why = _flash_unsupported(q, k, v)
     tile = next((t for t in _SEQ_TILE_SIZES if k.shape[-2] % t == 0), None)
     if why is None and tile is None:
@@ -171,7 +204,7 @@ def _lower_flash_attention(
     try:
         flash_config = importlib.import_module(FLASH_KERNELS[0].split(":")[0]).FlashConfig
         bound["config"] = flash_config(seq_tile_size=tile, training=True)
-        grid = _launch_grid(b, h, ctx.emit.lnc)
+        grid = _launch_grid(b, h, ctx.module.lnc)
         out, lse = emit_kernel_call(ctx, _FLASH_OP, kernel, bound, [out_type, lse_type], grid=grid)
     except (ImportError, AttributeError, KernelSpecialisationError) as e:
         why = f"{FLASH_KERNELS[0]} could not be specialised ({getattr(e, 'reason', e)})"
@@ -192,8 +225,6 @@ def _lower_flash_attention_backward(
     scale: float,
 ) -> Any:
     args = (dout, q, k, v, out, lse, is_causal, scale)
-    if not ctx.emit.neuron_calls:
-        return lower_reference(ctx, attention_backward_reference, *args)
     why = _flash_unsupported(q, k, v)
     if why is None and k.shape[-2] > 512 and k.shape[-2] % 512:
         # flash_attn_bwd tiles seq_k by 512 from 512 on (nki-samples attention.py)
@@ -224,7 +255,7 @@ def _lower_flash_attention_backward(
     types = [bound[n].type for n in ("q_ref", "k_ref", "v_ref")]
     types = [t.with_dtype(q.dtype) for t in types]  # the kernel writes every grad in q's dtype
     try:
-        grid = _launch_grid(b, h, ctx.emit.lnc)
+        grid = _launch_grid(b, h, ctx.module.lnc)
         grads = emit_kernel_call(ctx, _FLASH_BWD_OP, kernel, bound, types, grid=grid)
     except (ImportError, AttributeError, KernelSpecialisationError) as e:
         why = f"{FLASH_KERNELS[1]} could not be specialised ({getattr(e, 'reason', e)})"
@@ -233,9 +264,16 @@ def _lower_flash_attention_backward(
     return [heads_dim_seq(g) for g in grads]
 
 
-lowering(torch.ops.neuron_compile.flash_attention.default, supports=dtypes_in(*FLOATS))(
-    _lower_flash_attention
-)
-lowering(torch.ops.neuron_compile.flash_attention_backward.default, supports=dtypes_in(*FLOATS))(
-    _lower_flash_attention_backward
-)
+_FLASH_FORMS = {
+    torch.ops.neuron_compile.flash_attention.default: (
+        _lower_flash_attention_reference,
+        _lower_flash_attention,
+    ),
+    torch.ops.neuron_compile.flash_attention_backward.default: (
+        _lower_flash_attention_backward_reference,
+        _lower_flash_attention_backward,
+    ),
+}
+for _op, (_reference, _kernel) in _FLASH_FORMS.items():
+    lowering(_op, supports=dtypes_in(*FLOATS))(_reference)
+    lowering(_op, key=TRN_KEY, supports=dtypes_in(*FLOATS))(_kernel)

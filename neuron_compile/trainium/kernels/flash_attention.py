@@ -2,13 +2,13 @@
 
 On the CPU target SDPA is traced through its math path (``bmm`` + ``_softmax``). For trn targets,
 calls whose shapes qualify (TorchNeuron's rule: query and key lengths multiples of 128, head dim
-<= 128, no mask, no dropout, no GQA; torchneuron.md §2 item 10) and whose dtype the kernels'
+<= 128, no mask, no dropout, no GQA; docs/trainium-reference.md §R10) and whose dtype the kernels'
 binding covers (float32, bfloat16) are routed, before AOTAutograd, to
 ``neuron_compile::flash_attention``: one node in the forward graph and one
 ``flash_attention_backward`` node in the backward graph. Wherever XLA CPU runs the graph they
 lower to the references below, written the way the kernels compute (scores in float32, the row
 log-sum-exp saved for the backward). In the module for neuronx-cc they lower to the NKI flash
-kernels of :data:`FLASH_KERNELS` (``lowering/stablehlo/neuron_calls.py``, through
+kernels of :data:`FLASH_KERNELS` (``trainium/lowering.py``, through
 ``nki.emit_kernel_call``), with the layout changes as plain StableHLO around each call; without
 the NKI toolchain (one ``NkiFallbackWarning`` per op) or outside the kernels' limits (logged),
 the references again.
@@ -57,7 +57,7 @@ from torch.overrides import TorchFunctionMode
 log = logging.getLogger(__name__)
 
 #: Kernels neuronx-cc bundles (NKI samples ``flash_fwd`` / ``flash_attn_bwd``), bound on trn
-#: targets by ``lowering/stablehlo/neuron_calls.py``.
+#: targets by ``trainium/lowering.py``.
 FLASH_KERNELS = (
     "neuronxcc.nki.kernels.attention:flash_fwd",
     "neuronxcc.nki.kernels.attention:flash_attn_bwd",

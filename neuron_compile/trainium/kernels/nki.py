@@ -28,10 +28,10 @@ What the op does where:
   PyTorch, so it traces into ATen in the backward graph;
 - **torch.compile(backend="neuron_compile")**: one node in the FX graph. On trn2/trn3 the module
   for neuronx-cc gets ``stablehlo.custom_call @AwsNeuronCustomNativeKernel`` with the
-  ``backend_config`` the NKI toolchain produced for the node's shapes (trainium-nki.md §3). Without
-  the real ``nki`` package the reference is lowered instead, with one ``NkiFallbackWarning`` per
-  op, so compile-only flows work anywhere. On the CPU target, and in the XLA CPU stand-in of a trn
-  graph, the reference is always what runs.
+  ``backend_config`` the NKI toolchain produced for the node's shapes
+  (``docs/trainium-reference.md`` §R9). Without the real ``nki`` package the reference is lowered
+  instead, with one ``NkiFallbackWarning`` per op, so compile-only flows work anywhere. On the
+  CPU target, and in the XLA CPU stand-in of a trn graph, the reference is always what runs.
 
 Kernels are functional: they return their outputs (``mutates_args`` is not supported). The NKI
 toolchain is only touched in :func:`_kernel_config`; :func:`load_nki` never imports the PyPI
@@ -46,7 +46,6 @@ import inspect
 import json
 import re
 import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,20 +55,26 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .errors import LoweringError, NkiOpError
-from .targets import is_neuron_target
+from ...errors import LoweringError, NkiOpError
+from ...versions import dist_version
+from ...warn_once import once_set, warn_once
 
 if TYPE_CHECKING:
-    from .lowering.context import LoweringContext
+    from ...lowering.context import LoweringContext
 
 __all__ = ["KernelConfig", "NkiFallbackWarning", "TensorSpec", "load_nki", "nki_op"]
 
-#: custom-call target of embedded NKI kernels (trainium-nki.md §3.1)
+#: custom-call target of embedded NKI kernels (docs/trainium-reference.md §R9)
 NKI_CUSTOM_CALL = "AwsNeuronCustomNativeKernel"
 
 _NAME = re.compile(r"^[A-Za-z_]\w*::[A-Za-z_]\w*$")
-_WARNED: set[str] = set()  # ops whose fallback warning was shown (once per op and process)
+_WARNED: set[str] = once_set()  # ops whose fallback warning was shown (once per op and process)
 _CONFIGS: dict[str, KernelConfig] = {}  # in-process memo: forward and recompiles reuse a trace
+
+
+def clear_configs() -> None:
+    """Forget the in-process memo of traced kernel configs (``neuron_compile.reset()``)."""
+    _CONFIGS.clear()
 
 
 class NkiFallbackWarning(UserWarning):
@@ -106,9 +111,7 @@ def load_nki() -> ModuleType | None:
     if mod is None:
         if importlib.util.find_spec("nki") is None:
             return None
-        from .cache.key import _dist_version
-
-        if _dist_version("nki").startswith("0.0."):  # PyPI "WRONG PACKAGE" placeholder
+        if dist_version("nki").startswith("0.0."):  # PyPI "WRONG PACKAGE" placeholder
             return None
         try:
             import nki as mod
@@ -118,9 +121,7 @@ def load_nki() -> ModuleType | None:
 
 
 def nki_version(mod: ModuleType) -> str:
-    from .cache.key import _dist_version
-
-    return str(getattr(mod, "__version__", None) or _dist_version("nki"))
+    return str(getattr(mod, "__version__", None) or dist_version("nki"))
 
 
 def _numpy_dtype(dtype: torch.dtype) -> Any:
@@ -144,12 +145,12 @@ def _torch_dtype(dtype: Any) -> torch.dtype:
 def _artifacts_dir(digest: str) -> Path:
     """A persistent directory for one kernel trace: neuronx-cc reads the artifact by absolute
     path when it compiles the graph, possibly much later (EVRF059), so never a temp dir."""
-    from .cache.tiers import disk_cache
+    from ...cache.tiers import disk_cache
 
     disk = disk_cache()
     root = Path(disk.root) if disk is not None else None
     if root is None:
-        from .cache.store import default_root
+        from ...cache.store import default_root
 
         root = default_root()
     path = root / "nki-kernels" / digest[:2] / digest
@@ -167,9 +168,9 @@ def _kernel_config(
 ) -> KernelConfig:
     """Specialise ``kernel`` on ``args`` with the NKI toolchain (beta-3 API) and return its
     ``backend_config``. Tensors are passed as empty NumPy arrays of the right shape and dtype,
-    everything else as the compile-time constant it is (trainium-nki.md §3.2). ``grid`` is an
-    SPMD launch grid: the kernel is specialised as ``kernel[grid]``, the launch syntax of NKI
-    kernels (``flash_fwd[b, h](...)``).
+    everything else as the compile-time constant it is (``docs/trainium-reference.md`` §R9).
+    ``grid`` is an SPMD launch grid: the kernel is specialised as ``kernel[grid]``, the launch
+    syntax of NKI kernels (``flash_fwd[b, h](...)``).
 
     The one place that talks to ``nki``. API as used by NKIPy (``nkipy/core/nki_op.py``
     ``_beta3_compile_and_get_config``); unverified here: this machine has no ``nki``.
@@ -385,36 +386,40 @@ def _bind(schema: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[s
 
 
 def _platform(ctx: LoweringContext) -> tuple[str | None, int | None]:
-    """Target and LNC to specialise kernels for, from the compile config the lowering carries."""
-    target = ctx.emit.target if is_neuron_target(str(ctx.emit.target)) else None
-    return target, ctx.emit.lnc
+    """Target and LNC to specialise kernels for, from the module being lowered."""
+    target = ctx.module.target
+    return (target.name if target is not None else None), ctx.module.lnc
 
 
 def _register_lowering(name: str, op: Any, kernel: Any, reference: Callable[..., Any]) -> None:
-    from .lowering.reference import lower_reference
-    from .lowering.registry import lowering
+    from ...lowering.reference import lower_reference
+    from ...lowering.registry import lowering
+    from .. import TRN_KEY
 
     schema = op._schema
 
-    def rule(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
-        if not ctx.emit.neuron_calls:  # XLA CPU (cpu target, or the stand-in of a trn graph)
-            return lower_reference(ctx, reference, *args, **kwargs)
+    def reference_rule(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
+        return lower_reference(ctx, reference, *args, **kwargs)
+
+    def kernel_rule(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Any:
         if load_nki() is None:
             warn_fallback(name, "the nki package is not installed")
             return lower_reference(ctx, reference, *args, **kwargs)
         return _emit_kernel(ctx, name, kernel, _bind(schema, args, kwargs))
 
-    rule.__name__ = rule.__qualname__ = f"_lower_nki_{name.replace('::', '_')}"
-    lowering(op)(rule)
+    stem = f"_lower_nki_{name.replace('::', '_')}"
+    reference_rule.__name__ = reference_rule.__qualname__ = stem + "_reference"
+    kernel_rule.__name__ = kernel_rule.__qualname__ = stem
+    lowering(op)(reference_rule)  # XLA CPU: the cpu target, and the stand-in of a trn graph
+    lowering(op, key=TRN_KEY)(kernel_rule)
 
 
 def warn_fallback(name: str, why: str) -> None:
     """One ``NkiFallbackWarning`` per op and process: ``name``'s kernel is not used (``why``)
     and neuronx-cc receives the reference decomposition instead."""
-    if name in _WARNED:
-        return
-    _WARNED.add(name)
-    warnings.warn(
+    warn_once(
+        _WARNED,
+        name,
         f"kernel {name} not used: {why}; neuronx-cc receives the reference decomposition",
         NkiFallbackWarning,
         stacklevel=3,
@@ -441,11 +446,11 @@ def emit_kernel_call(
     """Specialise ``kernel`` on ``bound`` (kernel parameter name -> ``Value`` or constant, in
     parameter order) and emit its ``AwsNeuronCustomNativeKernel`` call; return its results.
 
-    The operands are the ``Value``s of ``bound`` in order (trainium-nki.md §3.3). The outputs
-    the toolchain reports must be exactly ``result_types`` (``TensorType``s), else
+    The operands are the ``Value``s of ``bound`` in order (``docs/trainium-reference.md`` §R9).
+    The outputs the toolchain reports must be exactly ``result_types`` (``TensorType``s), else
     ``LoweringError``: a kernel whose interface drifted is never wired in silently.
     """
-    from .lowering.emit import Value
+    from ...lowering.emit import Value
 
     specs = {
         k: TensorSpec(v.shape, v.dtype) if isinstance(v, Value) else v for k, v in bound.items()
@@ -478,6 +483,6 @@ def emit_kernel_call(
     attrs = {"nki_version": config.nki_version}  # in the module text, hence in the cache key
     if config.has_collectives:
         attrs["has_collectives"] = "1"
-    return ctx.emit.custom_call(
+    return ctx.custom_call(
         NKI_CUSTOM_CALL, operands, list(result_types), config.backend_config_b64, attrs
     )

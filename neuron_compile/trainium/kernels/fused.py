@@ -1,15 +1,16 @@
 """Ops that stand for neuronx-cc's built-in kernels (``AwsNeuron*`` custom calls).
 
-Only the trn pattern pass (``passes/rewrite_neuron_calls.py``) puts these in a graph. Each op is
+Only the trn pattern pass (``trainium/passes.py``) puts these in a graph. Each op is
 defined by its reference implementation, which is also its eager kernel: on a trn target the
 lowering emits the custom call, and wherever XLA CPU runs the graph (every target without a
 device) the same op lowers to the reference instead — so CPU numerics check the decomposition
 that stands behind each call.
 
-The custom calls' operand conventions are not documented by AWS (trainium-nki.md §2.9: "operand/
-config formats: undocumented"). Ours, in ``NEURON_CALLS``: tensor operands in the op's order, then
-scalar attributes as rank-0 constant operands (how torch-neuronx's ``xla_impl.ops.RmsNorm`` passes
-``eps`` and ``dim``). Unverified on a device; this table is the one place to fix it.
+The custom calls' operand conventions are not documented by AWS (``docs/trainium-reference.md``
+§R8: "Their operand and config formats are not documented"). Ours, in ``NEURON_CALLS``: tensor
+operands in the op's order, then scalar attributes as rank-0 constant operands (how
+torch-neuronx's ``xla_impl.ops.RmsNorm`` passes ``eps`` and ``dim``). Unverified on a device;
+this table is the one place to fix it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,44 @@
+"""Zero-size and rank-0 edges (``edges.py``) of the op families whose shape rules have edges:
+reductions, scans, normalizations, sorting, indexing, shape ops. Each sweep runs in its own
+process, so an eager segfault on an edge fails this test instead of killing the session.
+The whole OpInfo database: ``python -m tests.conformance.edges`` (documented in
+docs/conformance.md)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import REPO_ROOT
+
+FAMILIES = {
+    "reductions": "sum,mean,prod,amax,amin,max.reduction_with_dim,min.reduction_with_dim,"
+    "argmax,argmin,var,std,logsumexp,norm,all,any,count_nonzero",
+    "scans": "cumsum,cumprod,cummax,cummin,logcumsumexp",
+    "normalizations": "softmax,log_softmax,nn.functional.layer_norm,nn.functional.normalize",
+    "sorting": "sort,argsort,topk,kthvalue,msort",
+    "indexing": "gather,index_select,take_along_dim,index_add,scatter_add,masked_fill,where",
+    "shape": "cat,stack,flatten,reshape,permute,transpose,flip,roll,repeat,tile,narrow,diag,"
+    "tril,triu,trace,unbind,split,chunk",
+    "matmul": "mm,bmm,matmul,addmm,outer,dot",
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_edges_fall_back_or_match_eager(family, tmp_path):
+    env = {**os.environ, "NEURON_COMPILE_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", "tests.conformance.edges"]
+        + ["--ops", FAMILIES[family]],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = [line for line in proc.stdout.splitlines() if line.endswith((": pass", ": fallback"))]
+    assert ran, "no edge compiled: the sweep selected nothing"
