@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from tests.conformance.harness import Result, _time_limit, run_sample
+from tests.conformance.harness import OpTimeout, Result, _time_limit, run_sample
 from tests.conformance.opinfo import load_op_db, scope_reason, select_ops
 
 #: Outcomes an edge may have: it compiled and matched, it fell back, or it was not applicable.
@@ -91,6 +91,10 @@ def sweep(
             try:
                 with _time_limit(timeout):
                     result = run_sample(op, variant, dtype, backward=False)["forward"]
+            except OpTimeout as e:
+                result = Result(
+                    op.name, op.variant_test_name, str(dtype), "forward", "error", str(e)
+                )
             finally:
                 torch._dynamo.reset()
             yield edge, result
