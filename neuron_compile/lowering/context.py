@@ -84,19 +84,10 @@ class LoweringContext:
     node: fx.Node
     module: ModuleContext = field(default_factory=ModuleContext)
 
-    def custom_call(
-        self,
-        target: str,
-        operands: Sequence[Value],
-        result_types: Sequence[TensorType],
-        backend_config: str = "",
-        frontend_attributes: dict[str, str] | None = None,
-    ) -> list[Value]:
-        """``Emitter.custom_call``, recorded in the module's custom-call targets."""
+    def custom_call(self, target: str, *args: Any, **kwargs: Any) -> list[Value]:
+        """``Emitter.custom_call(target, ...)``, recorded in the module's custom-call targets."""
         self.module.custom_call_targets.append(target)
-        return self.emit.custom_call(
-            target, operands, result_types, backend_config, frontend_attributes
-        )
+        return self.emit.custom_call(target, *args, **kwargs)
 
     # ---- output metadata ------------------------------------------------------------------
     @property
