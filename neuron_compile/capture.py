@@ -24,20 +24,20 @@ def decomposition_table(target: str = "cpu") -> dict[Any, Any]:
     Added on top: ``batch_norm_backward`` (the backward of the newer ``_batch_norm_with_update``
     family), which core ATen leaves whole although PyTorch ships its decomposition into the
     elementwise ops and reductions everything else lowers through; and the fused inference ops
-    of ``torch.nn``'s fast path (``decompositions.py``). The backward ops taking a grad and an
-    input promote their operands as eager does (``promoting_decompositions.py``): PyTorch's
+    of ``torch.nn``'s fast path and the long tail of ops better decomposed than lowered (the
+    ``decompositions`` package). The backward ops taking a grad and an
+    input promote their operands as eager does (``decompositions/promoting.py``): PyTorch's
     decompositions of them compute in the dtypes that arrive.
 
     The ops the target keeps whole (``Target.kept_ops``) stay whole.
     """
     from torch._decomp import core_aten_decompositions, get_decompositions
 
-    from .decompositions import FAST_PATH_DECOMPOSITIONS
-    from .promoting_decompositions import promoting_decompositions
+    from .decompositions import added_decompositions, promoting_decompositions
 
     table = dict(core_aten_decompositions())
     table.update(get_decompositions([aten.batch_norm_backward.default]))
-    table.update(FAST_PATH_DECOMPOSITIONS)
+    table.update(added_decompositions())
     table.update(promoting_decompositions(table))
     for op in get_target(target).kept_ops():
         table.pop(op, None)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from neuron_compile.decompositions import (
+from neuron_compile.decompositions.fast_path import (
     native_multi_head_attention,
     transformer_encoder_layer_fwd,
 )

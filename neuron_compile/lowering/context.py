@@ -56,7 +56,7 @@ def promote_types(
     only raises the category (int -> float), a dimensioned tensor sets the width.
 
     The one place promotion is decided: ``LoweringContext.promote`` for rules, and the
-    promoting decompositions (``neuron_compile/promoting_decompositions.py``) for ATen ops
+    promoting decompositions (``neuron_compile/decompositions/promoting.py``) for ATen ops
     whose PyTorch decomposition does not promote as eager's kernel does.
     """
     return elementwise_dtypes(*[_promotion_stand_in(a) for a in args], type_promotion_kind=kind)

@@ -38,7 +38,7 @@ def test_backward_ops_promote_grad_and_input_like_eager(combo):
 
 def test_samples_cover_every_lowered_grad_input_backward():
     # Every op the promoting decompositions cover has samples, so a new entry gets checked.
-    from neuron_compile.promoting_decompositions import GRAD_INPUT_BACKWARDS
+    from neuron_compile.decompositions.promoting import GRAD_INPUT_BACKWARDS
 
     sampled = {op for _, op, _ in promotion.BACKWARD_OPS}
     assert not set(GRAD_INPUT_BACKWARDS) - sampled

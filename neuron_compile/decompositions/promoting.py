@@ -74,7 +74,7 @@ def _call(op: Any, decomposition: Callable[..., Any], bound: dict[str, Any]) -> 
 
 def promoting(op: Any, decomposition: Callable[..., Any]) -> Callable[..., Any]:
     """``decomposition`` of ``op`` with its operands promoted and its result in eager's dtype."""
-    from .lowering.context import promote_types
+    from ..lowering.context import promote_types
 
     operands, result = GRAD_INPUT_BACKWARDS[op]
 

@@ -1,0 +1,34 @@
+"""The decompositions we add to PyTorch's core ATen table (``capture.decomposition_table``).
+
+AOTAutograd traces with them, so an op decomposed here reaches the lowering as ops it already
+covers, and its backward is derived from the decomposition (a lowering rule would need a rule for
+the backward op too). One module per family:
+
+- ``fast_path``: the fused inference ops of ``torch.nn``'s fast path;
+- ``promoting``: backward ops over a grad and an input, promoting their operands as eager does;
+- ``sampling``: grid sampling and anti-aliased upsampling;
+- ``embedding``: ``embedding_bag``;
+- ``segments``: ``segment_reduce``;
+- ``legacy``: the legacy convolution entry points and the other aliases of covered ops.
+
+A family module exports ``DECOMPOSITIONS`` (op overload -> function); each function computes what
+the eager kernel computes (the module docstrings say where the two could differ and why not).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import embedding, legacy, sampling, segments
+from .fast_path import FAST_PATH_DECOMPOSITIONS
+from .promoting import promoting_decompositions
+
+__all__ = ["added_decompositions", "promoting_decompositions"]
+
+
+def added_decompositions() -> dict[Any, Any]:
+    """Every family's ``DECOMPOSITIONS``, merged (the families cover disjoint ops)."""
+    table: dict[Any, Any] = dict(FAST_PATH_DECOMPOSITIONS)
+    for family in (sampling, embedding, segments, legacy):
+        table.update(family.DECOMPOSITIONS)
+    return table

@@ -1,0 +1,7 @@
+"""TODO(helper): legacy decompositions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+DECOMPOSITIONS: dict[Any, Any] = {}

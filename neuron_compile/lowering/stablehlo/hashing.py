@@ -1,0 +1,3 @@
+"""TODO(helper): hashing lowering rules."""
+
+from __future__ import annotations

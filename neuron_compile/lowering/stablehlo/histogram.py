@@ -1,0 +1,3 @@
+"""TODO(helper): histogram lowering rules."""
+
+from __future__ import annotations

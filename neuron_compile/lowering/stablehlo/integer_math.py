@@ -1,0 +1,3 @@
+"""TODO(helper): integer_math lowering rules."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""TODO(helper): prims lowering rules."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""TODO(helper): quantize lowering rules."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""TODO(helper): runtime_asserts lowering rules."""
+
+from __future__ import annotations
