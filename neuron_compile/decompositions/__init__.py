@@ -9,6 +9,7 @@ the backward op too). One module per family:
 - ``sampling``: grid sampling and anti-aliased upsampling;
 - ``embedding``: ``embedding_bag``;
 - ``segments``: ``segment_reduce``;
+- ``indexing``: indexing ops whose PyTorch decomposition goes through Python indexing;
 - ``legacy``: the legacy convolution entry points and the other aliases of covered ops.
 
 A family module exports ``DECOMPOSITIONS`` (op overload -> function); each function computes what
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import embedding, legacy, sampling, segments
+from . import embedding, indexing, legacy, sampling, segments
 from .fast_path import FAST_PATH_DECOMPOSITIONS
 from .promoting import promoting_decompositions
 
@@ -29,6 +30,6 @@ __all__ = ["added_decompositions", "promoting_decompositions"]
 def added_decompositions() -> dict[Any, Any]:
     """Every family's ``DECOMPOSITIONS``, merged (the families cover disjoint ops)."""
     table: dict[Any, Any] = dict(FAST_PATH_DECOMPOSITIONS)
-    for family in (sampling, embedding, segments, legacy):
+    for family in (sampling, embedding, segments, indexing, legacy):
         table.update(family.DECOMPOSITIONS)
     return table

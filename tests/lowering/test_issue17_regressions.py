@@ -126,3 +126,20 @@ def test_div_with_rounding_by_a_scalar_divisor(dtype, mode):
     for actual, expected in zip(_compiled(fn)(x, t), fn(x, t), strict=True):
         assert actual.dtype == expected.dtype
         assert torch.equal(actual, expected)
+
+
+def test_put_backward_takes_the_grad_at_a_zero_dim_index():
+    # PyTorch's `take` decomposition indexes with Python's [] and turned the 0-d index into
+    # .item(): tracing put's backward failed with GuardOnDataDependentSymNode.
+    def fn(x, i, v):
+        return torch.put(x, i, v, accumulate=True) * 2.0
+
+    x, v = torch.randn((), requires_grad=True), torch.randn((), requires_grad=True)
+    x2, v2 = (t.detach().clone().requires_grad_() for t in (x, v))
+    i = torch.tensor(0)
+    out = torch.compile(fn, backend="neuron", fullgraph=True, options={"fallback": "error"})(x, i, v)
+    expected = fn(x2, i, v2)
+    _assert_same(out, expected)
+    grads = torch.autograd.grad(out, (x, v))
+    for g, e in zip(grads, torch.autograd.grad(expected, (x2, v2)), strict=True):
+        _assert_same(g, e)

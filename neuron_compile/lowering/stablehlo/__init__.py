@@ -19,6 +19,7 @@ from . import (  # noqa: F401
     integer_math,
     linalg,
     linalg_factored,
+    linear_cross_entropy,
     matmul,
     matrix_exp,
     normalization,
