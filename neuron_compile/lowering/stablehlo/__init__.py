@@ -17,6 +17,7 @@ from . import (  # noqa: F401
     incomplete_gamma,
     indexing,
     integer_math,
+    ldl,
     linalg,
     linalg_factored,
     linear_cross_entropy,
