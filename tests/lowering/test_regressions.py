@@ -31,3 +31,13 @@ def test_arange_float_start_and_int_dtype():
 
     x = torch.randn(4)
     torch.testing.assert_close(_compiled(fn)(x), fn(x))
+
+
+def test_bf16_leaky_relu_rounds_once_like_eager():
+    # The rule multiplied in bf16 by the slope rounded to bf16; eager multiplies in float32 and
+    # rounds once: a quarter of the elements differed in their last bit.
+    def fn(x):
+        return torch.nn.functional.leaky_relu(x, 0.3)
+
+    x = torch.randn(4096).bfloat16()
+    assert torch.equal(_compiled(fn)(x), fn(x))
