@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from neuron_compile import artifact
+from neuron_compile.capture import decomposition_table
 from neuron_compile.lowering import lower_graph
 from neuron_compile.passes import PIPELINE, run_pipeline
 
@@ -29,7 +29,7 @@ def trace_aten(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
     def positional(*a: Any) -> Any:  # make_fx counts parameters; F.silu(x, inplace=False) has 2
         return fn(*a)
 
-    return make_fx(positional, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(
+    return make_fx(positional, decomposition_table=decomposition_table(), tracing_mode="fake")(
         *args
     )
 

@@ -10,6 +10,7 @@ the backward op too). One module per family:
 - ``embedding``: ``embedding_bag``;
 - ``segments``: ``segment_reduce``;
 - ``indexing``: indexing ops whose PyTorch decomposition goes through Python indexing;
+- ``dropout``: ``native_dropout`` of an empty tensor (eager's float mask);
 - ``legacy``: the legacy convolution entry points and the other aliases of covered ops.
 
 A family module exports ``DECOMPOSITIONS`` (op overload -> function); each function computes what
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import embedding, indexing, legacy, sampling, segments
+from ..errors import RegistryError
+from . import dropout, embedding, indexing, legacy, sampling, segments
 from .fast_path import FAST_PATH_DECOMPOSITIONS
 from .promoting import promoting_decompositions
 
@@ -30,6 +32,9 @@ __all__ = ["added_decompositions", "promoting_decompositions"]
 def added_decompositions() -> dict[Any, Any]:
     """Every family's ``DECOMPOSITIONS``, merged (the families cover disjoint ops)."""
     table: dict[Any, Any] = dict(FAST_PATH_DECOMPOSITIONS)
-    for family in (sampling, embedding, segments, indexing, legacy):
+    for family in (sampling, embedding, segments, indexing, dropout, legacy):
+        overlap = table.keys() & family.DECOMPOSITIONS.keys()
+        if overlap:
+            raise RegistryError(f"{family.__name__} decomposes ops decomposed already: {overlap}")
         table.update(family.DECOMPOSITIONS)
     return table

@@ -137,7 +137,9 @@ def test_put_backward_takes_the_grad_at_a_zero_dim_index():
     x, v = torch.randn((), requires_grad=True), torch.randn((), requires_grad=True)
     x2, v2 = (t.detach().clone().requires_grad_() for t in (x, v))
     i = torch.tensor(0)
-    out = torch.compile(fn, backend="neuron", fullgraph=True, options={"fallback": "error"})(x, i, v)
+    out = torch.compile(fn, backend="neuron", fullgraph=True, options={"fallback": "error"})(
+        x, i, v
+    )
     expected = fn(x2, i, v2)
     _assert_same(out, expected)
     grads = torch.autograd.grad(out, (x, v))

@@ -30,6 +30,7 @@ from . import (  # noqa: F401
     qr,
     quantize,
     random,
+    random_draws,
     reduction,
     runtime_asserts,
     scan,

@@ -12,6 +12,10 @@ Every form is one ``stablehlo.convolution``. The backward formulas follow JAX's
 A transposed convolution is the grad_input formula applied to its input, and its backward swaps
 the two formulas. Low-precision operands keep their element type and accumulate into a float32
 result (convolution's result type), rounded once, like eager PyTorch's opmath.
+
+Integer convolutions (forward, regular and transposed) accumulate in their own integer type, as
+eager's slow (im2col + gemm) integer kernels do; sums and products wrap identically in any order.
+trn targets still reject them in legality (NCC_EVRF035); XLA CPU runs this rule.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from ..rules import floats
+from ..rules import FLOATS, INTS, dtypes_in, floats
 from .reduction import sum_
 
 aten = torch.ops.aten
@@ -136,7 +140,7 @@ def _batched(ctx: LoweringContext, x: Value, w: Value) -> Value:
     return ctx.emit.reshape(x, [1, *x.shape]) if x.rank == w.rank - 1 else x
 
 
-@lowering(aten.convolution.default, supports=floats)
+@lowering(aten.convolution.default, supports=dtypes_in(*FLOATS, *INTS))
 def _lower_convolution(
     ctx: LoweringContext,
     x: Value,

@@ -1,5 +1,14 @@
-"""Matrix products. Low-precision inputs accumulate in float32 (dot_general's result type), as
-eager PyTorch does on CPU, and round once."""
+"""Matrix products (mm, bmm, addmm, baddbmm, addmv, addbmm, _trilinear, _int_mm).
+
+Low-precision float inputs accumulate in float32 (dot_general's result type), as eager PyTorch
+does on CPU, and round once. Integer inputs accumulate in the result's own integer type, as eager's
+CPU gemm does (its opmath type of an integer is the integer itself): sums, products and the
+integer ``alpha``/``beta`` scalings are ring operations, so two's-complement wrap-around gives the
+same bits in any order. ``_int_mm`` is int8 x int8 accumulated into int32.
+
+trn targets still reject an integer dot or convolution in legality (NCC_EVRF035); these rules are
+what XLA CPU runs.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +19,12 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from ..rules import floats
+from ..rules import FLOATS, INTS, dtypes_in
 
 aten = torch.ops.aten
+
+#: Floats, and integers (accumulated in their own type with wrap-around, as eager does).
+floats_and_ints = dtypes_in(*FLOATS, *INTS)
 
 
 def dot(
@@ -36,20 +48,36 @@ def matmul(ctx: LoweringContext, a: Value, b: Value, batched: bool = False) -> V
 def _scaled(ctx: LoweringContext, x: Value, factor: float) -> Value:
     if factor == 1:
         return x
+    if not x.dtype.is_floating_point:
+        # Eager casts the scalar to the integer type, wrapping (alpha=-2 on uint8 is 254).
+        factor = torch.tensor(int(factor), dtype=torch.int64).to(x.dtype).item()
     return ctx.emit.binary("multiply", x, ctx.full_like(factor, x))
 
 
-@lowering(aten.mm.default, supports=floats)
+def _int8(node: torch.fx.Node) -> str | None:
+    bad = sorted(
+        {str(a.meta["val"].dtype) for a in node.args[:2] if a.meta["val"].dtype != torch.int8}
+    )
+    return f"dtype {', '.join(bad)} not supported (int8 operands expected)" if bad else None
+
+
+@lowering(aten._int_mm.default, supports=_int8)
+def _lower_int_mm(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    """int8 x int8 accumulated in int32 (dot_general's result type), as eager's ``_int_mm``."""
+    return ctx.emit.dot_general(a, b, ((1,), (0,)), out_dtype=ctx.out_dtype)
+
+
+@lowering(aten.mm.default, supports=floats_and_ints)
 def _lower_mm(ctx: LoweringContext, a: Value, b: Value) -> Value:
     return ctx.emit.convert(matmul(ctx, a, b), ctx.out_dtype)
 
 
-@lowering(aten.bmm.default, supports=floats)
+@lowering(aten.bmm.default, supports=floats_and_ints)
 def _lower_bmm(ctx: LoweringContext, a: Value, b: Value) -> Value:
     return ctx.emit.convert(matmul(ctx, a, b, batched=True), ctx.out_dtype)
 
 
-@lowering(aten.addmm.default, aten.baddbmm.default, supports=floats)
+@lowering(aten.addmm.default, aten.baddbmm.default, supports=floats_and_ints)
 def _lower_addmm(
     ctx: LoweringContext, bias: Value, a: Value, b: Value, beta: float = 1, alpha: float = 1
 ) -> Value:
@@ -63,7 +91,7 @@ def _lower_addmm(
     return ctx.emit.convert(total, ctx.out_dtype)
 
 
-@lowering(aten.addmv.default, supports=floats)
+@lowering(aten.addmv.default, supports=floats_and_ints)
 def _lower_addmv(
     ctx: LoweringContext, bias: Value, mat: Value, vec: Value, *, beta: float = 1, alpha: float = 1
 ) -> Value:
@@ -73,7 +101,7 @@ def _lower_addmv(
     return _add_bias(ctx, product, bias, beta)
 
 
-@lowering(aten.addbmm.default, supports=floats)
+@lowering(aten.addbmm.default, supports=floats_and_ints)
 def _lower_addbmm(
     ctx: LoweringContext, bias: Value, b1: Value, b2: Value, *, beta: float = 1, alpha: float = 1
 ) -> Value:
@@ -94,7 +122,7 @@ def _add_bias(ctx: LoweringContext, product: Value, bias: Value, beta: float) ->
     return ctx.emit.convert(total, ctx.out_dtype)
 
 
-@lowering(aten._trilinear.default, supports=floats)
+@lowering(aten._trilinear.default, supports=floats_and_ints)
 def _lower_trilinear(
     ctx: LoweringContext,
     i1: Value,
@@ -119,5 +147,5 @@ def _lower_trilinear(
         parts.append(e.reshape(e.convert(x, acc), shape))
     a, b, c = ctx.promote(*parts, dtype=acc)
     prod = e.binary("multiply", e.binary("multiply", a, b), c)
-    summed = e.reduce_simple(prod, 0.0, sorted(set(sumdim)), "add")
+    summed = e.reduce_simple(prod, 0, sorted(set(sumdim)), "add")
     return e.convert(summed, ctx.out_dtype)

@@ -11,7 +11,10 @@ backward ops.
 * adaptive average pooling is an average pooling when the input divides the output size, and
   otherwise a product with constant averaging matrices along H and W.
 
-Sums accumulate in float32 for low-precision inputs and round once.
+Sums accumulate in float32 for low-precision inputs and round once. Max pooling and average
+pooling also take integer inputs (eager's CPU kernels take int64): an integer average sums in the
+integer type and divides with ``stablehlo.divide``, which truncates toward zero like the C++
+``sum / divide_factor`` of eager's ``cpu_avg_pool``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import TensorType, Value
 from ..registry import lowering
-from ..rules import FLOATS, floats, minmax_init
+from ..rules import FLOATS, INTS, dtypes_in, floats, minmax_init
 
 aten = torch.ops.aten
+
+#: The forward pooling ops also run on integers (no NaN there; max pooling's order still holds).
+floats_and_ints = dtypes_in(*FLOATS, *INTS)
 
 
 def _pair(value: Sequence[int] | int | None, default: Sequence[int], n: int = 2) -> list[int]:
@@ -115,7 +121,9 @@ def plane_index(ctx: LoweringContext, x: Value, n: int = 2) -> Value:
 
 
 @lowering(
-    aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default, supports=floats
+    aten.max_pool2d_with_indices.default,
+    aten.max_pool3d_with_indices.default,
+    supports=floats_and_ints,
 )
 def _lower_max_pool_with_indices(
     ctx: LoweringContext,
@@ -233,7 +241,7 @@ def _divisor_value(
     return e.broadcast_in_dim(const, shape, list(range(len(shape) - div.ndim, len(shape))))
 
 
-@lowering(aten.avg_pool2d.default, aten.avg_pool3d.default, supports=floats)
+@lowering(aten.avg_pool2d.default, aten.avg_pool3d.default, supports=floats_and_ints)
 def _lower_avg_pool(
     ctx: LoweringContext,
     x: Value,

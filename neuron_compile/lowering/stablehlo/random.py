@@ -1,4 +1,9 @@
-"""Random ops: rand/randn (and *_like), bernoulli, native_dropout.
+"""Random ops: rand/randn (and *_like), bernoulli, native_dropout, normal with tensor or float
+moments, log_normal, cauchy, geometric; the streams and support predicates every random rule
+shares (``random_draws.py`` holds the integer, multinomial and rrelu rules).
+
+Continuous draws compute in float32 with eager's formulas (``median + sigma * tan(pi * (u -
+1/2))``, ``exp(mean + std * z)``, ``ceil(log u / log1p(-p))``) and round once to the result dtype.
 
 Randomness is threaded, not hidden: a graph with random ops takes one extra ``int32[4]`` seed
 argument, which the runtime draws from PyTorch's default generator on every call. So
@@ -22,18 +27,21 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+import torch.fx as fx
 
 from ...errors import LoweringError
 from ..context import LoweringContext
 from ..emit import Emitter, TensorType, Value
 from ..registry import lowering
-from ..rules import FLOATS, dtypes_in
+from ..rules import FLOATS, INTS, dtypes_in
 
 aten = torch.ops.aten
 floats_or_bool = dtypes_in(*FLOATS, torch.bool)
+Support = Callable[[fx.Node], "str | None"]
 SEED_SHAPE = (4,)  # int32[4]: Threefry key (s0, s1) and counter (s2, s3) of the graph key
 U32 = torch.uint32
 
@@ -179,6 +187,60 @@ def _as_dtype(ctx: LoweringContext, x: Value, dtype: torch.dtype) -> Value:
     return out
 
 
+# ---- shared by the random rules: support predicates and the open unit interval -------------
+def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+    """Argument ``name`` (position ``index``) of ``node``, by keyword or position."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    return node.args[index] if index < len(node.args) else default
+
+
+def all_of(*checks: Support) -> Support:
+    """Supported when every check is: the first reason wins."""
+
+    def check(node: fx.Node) -> str | None:
+        for c in checks:
+            reason = c(node)
+            if reason:
+                return reason
+        return None
+
+    return check
+
+
+def no_generator(index: int = 99) -> Support:
+    """Rejects an explicit ``torch.Generator``: its state lives outside the graph."""
+
+    def check(node: fx.Node) -> str | None:
+        if arg(node, index, "generator") is not None:
+            return "an explicit torch.Generator cannot be threaded into the graph's seed"
+        return None
+
+    return check
+
+
+def scalar_args_ok(*checks: tuple[int, str, Callable[[float], bool], str]) -> Support:
+    """Rejects scalar arguments eager rejects (its errors stay eager's)."""
+
+    def check(node: fx.Node) -> str | None:
+        for index, name, ok, why in checks:
+            value = arg(node, index, name)
+            if isinstance(value, int | float) and not ok(float(value)):  # not a tensor operand
+                return f"{name}={value}: {why} (eager raises)"
+        return None
+
+    return check
+
+
+def open_unit(ctx: LoweringContext, shape: tuple[int, ...]) -> Value:
+    """float32 samples in (0, 1): ``(m + 0.5) / 2**23`` for 23 random bits ``m`` (exact in f32),
+    so ``log`` of them is finite and nonzero."""
+    e = ctx.emit
+    m = e.binary("shift_right_logical", random_bits(ctx, shape), e.full(9, shape, U32))
+    half = e.binary("add", e.convert(m, torch.float32), e.full(0.5, shape, torch.float32))
+    return e.binary("multiply", half, e.full(2.0**-23, shape, torch.float32))
+
+
 @lowering(aten.rand.default, aten.rand_like.default, supports=floats_or_bool)
 def _lower_rand(ctx: LoweringContext, *args: object, **_: object) -> Value:
     return _as_dtype(ctx, uniform(ctx, ctx.out_shape), ctx.out_dtype)
@@ -213,3 +275,87 @@ def _lower_native_dropout(
     kept = e.select(keep, e.convert(x, compute), e.full(0, x.shape, compute))
     out = e.binary("multiply", kept, e.full(scale, x.shape, compute))
     return e.convert(out, x.dtype), keep
+
+
+# ---- more distributions: normal with tensor moments, cauchy, log_normal, geometric ------------
+floats_only = dtypes_in(*FLOATS)
+
+
+@lowering(
+    aten.normal.Tensor_float,
+    aten.normal.float_Tensor,
+    aten.normal.Tensor_Tensor,
+    aten.normal.float_float,
+    supports=all_of(
+        floats_only, no_generator(), scalar_args_ok((1, "std", lambda v: v >= 0, ">= 0"))
+    ),
+)
+def _lower_normal(
+    ctx: LoweringContext, mean: Value | float, std: Value | float, *_: object, **__: object
+) -> Value:
+    """``mean + std * z`` in float32, rounded once; tensor moments broadcast to the result (a
+    negative std inside a tensor, which eager rejects at run time, is not checked)."""
+    e, shape = ctx.emit, ctx.out_shape
+    z = normal(ctx, shape)
+    moments = [
+        ctx.broadcast_to(e.convert(m, torch.float32), shape)
+        if isinstance(m, Value)
+        else e.full(float(m), shape, torch.float32)
+        for m in (mean, std)
+    ]
+    return e.convert(
+        e.binary("add", e.binary("multiply", z, moments[1]), moments[0]), ctx.out_dtype
+    )
+
+
+@lowering(
+    aten.log_normal.default,
+    supports=all_of(
+        floats_only, no_generator(), scalar_args_ok((2, "std", lambda v: v > 0, "> 0"))
+    ),
+)
+def _lower_log_normal(
+    ctx: LoweringContext, x: Value, mean: float = 1.0, std: float = 2.0, **_: object
+) -> Value:
+    e = ctx.emit
+    z = normal(ctx, x.shape)
+    z = e.binary("add", e.binary("multiply", z, ctx.full_like(std, z)), ctx.full_like(mean, z))
+    return e.convert(e.unary("exponential", z), ctx.out_dtype)
+
+
+@lowering(
+    aten.cauchy.default,
+    supports=all_of(
+        floats_only, no_generator(), scalar_args_ok((2, "sigma", lambda v: v > 0, "> 0"))
+    ),
+)
+def _lower_cauchy(
+    ctx: LoweringContext, x: Value, median: float = 0.0, sigma: float = 1.0, **_: object
+) -> Value:
+    """``median + sigma * tan(pi * (u - 1/2))`` as eager, u in (0, 1) so the tangent is finite."""
+    e = ctx.emit
+    u = open_unit(ctx, x.shape)
+    angle = e.binary(
+        "multiply", e.binary("subtract", u, ctx.full_like(0.5, u)), ctx.full_like(math.pi, u)
+    )
+    tan = e.binary("divide", e.unary("sine", angle), e.unary("cosine", angle))
+    out = e.binary(
+        "add", e.binary("multiply", tan, ctx.full_like(sigma, tan)), ctx.full_like(median, tan)
+    )
+    return e.convert(out, ctx.out_dtype)
+
+
+@lowering(
+    aten.geometric.default,
+    supports=all_of(
+        dtypes_in(*FLOATS, *INTS),
+        no_generator(),
+        scalar_args_ok((1, "p", lambda v: 0 < v < 1, "in (0, 1)")),
+    ),
+)
+def _lower_geometric(ctx: LoweringContext, x: Value, p: float, **_: object) -> Value:
+    """``ceil(log(u) / log1p(-p))`` as eager: trials until the first success, >= 1."""
+    e = ctx.emit
+    u = open_unit(ctx, x.shape)
+    k = e.unary("ceil", e.binary("divide", e.unary("log", u), ctx.full_like(math.log1p(-p), u)))
+    return e.convert(k, ctx.out_dtype)
