@@ -1,9 +1,9 @@
 """Zero-size and rank-0 edges of every OpInfo entry, generated from its own samples.
 
 Shape rules at the edges are where lowering rules break: an empty dimension, a 0-d tensor, a
-reduction over nothing. For each entry in scope, the first sample with tensor inputs is reshaped
-into edge variants, and each variant that eager accepts runs through the harness
-(``run_sample``, forward only) like any conformance sample:
+reduction over nothing. For each entry in scope, the first sample with tensor inputs
+(``--samples N``: the first N) is reshaped into edge variants, and each variant that eager
+accepts runs through the harness (``run_sample``, forward only) like any conformance sample:
 
 - ``zero``:  every tensor input of rank >= 1 gets size 0 in its first dimension;
 - ``empty``: the first tensor input (the op's ``input``) alone gets size 0 in its last dimension;
@@ -71,27 +71,33 @@ def variants(sample: Any) -> Iterator[tuple[str, Any]]:
     yield "scalar", SampleInput(scalar[0], args=scalar[1], kwargs=scalar[2])
 
 
-def _first_sample(op: Any, dtype: torch.dtype) -> Any | None:
+def _samples(op: Any, dtype: torch.dtype, count: int) -> list[Any]:
+    """The first ``count`` samples with a tensor input (``out=`` samples are not edges)."""
+    picked = []
     for sample in op.sample_inputs("cpu", dtype, requires_grad=False):
         if "out" not in sample.kwargs and isinstance(sample.input, torch.Tensor):
-            return sample
-    return None
+            picked.append(sample)
+            if len(picked) == count:
+                break
+    return picked
 
 
 def sweep(
-    names: list[str] | None = None, dtype: torch.dtype = torch.float32, timeout: float = 60.0
+    names: list[str] | None = None,
+    dtype: torch.dtype = torch.float32,
+    timeout: float = 60.0,
+    samples: int = 1,
 ) -> Iterator[tuple[str, Result]]:
-    """``(edge, result)`` for every edge variant of every selected entry at ``dtype``."""
+    """``(edge, result)`` for every edge variant of the first ``samples`` samples of every
+    selected entry at ``dtype``."""
     for op in select_ops(load_op_db(), names):
         if scope_reason(op) or op.name in EAGER_CRASHES or dtype not in op.supported_dtypes("cpu"):
             continue
         try:
-            sample = _first_sample(op, dtype)
+            picked = _samples(op, dtype, samples)
         except Exception:  # noqa: BLE001 - an OpInfo whose samples cannot be built here
             continue
-        if sample is None:
-            continue
-        for edge, variant in variants(sample):
+        for edge, variant in (pair for sample in picked for pair in variants(sample)):
             try:
                 with _time_limit(timeout):
                     result = run_sample(op, variant, dtype, backward=False)["forward"]
@@ -117,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ops", help="comma-separated OpInfo names; default all")
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--samples", type=int, default=1, help="edges of the first N samples")
     args = p.parse_args(argv)
     names = args.ops.split(",") if args.ops else None
     bad = []
-    for edge, result in sweep(names, getattr(torch, args.dtype)):
+    for edge, result in sweep(names, getattr(torch, args.dtype), samples=args.samples):
         line = failures(iter([(edge, result)]))
         bad += line
         print(*(line or [f"{result.op} [{edge}]: {result.outcome}"]), flush=True)
