@@ -41,3 +41,15 @@ def test_bf16_leaky_relu_rounds_once_like_eager():
 
     x = torch.randn(4096).bfloat16()
     assert torch.equal(_compiled(fn)(x), fn(x))
+
+
+def test_division_by_a_broadcast_divisor_is_true_division():
+    # XLA rewrote x / c (a Python number, a 0-d or a broadcast tensor) into x * (1/c): 41% of
+    # the quotients by 0.37 were an ulp off eager's true division.
+    x, y, s = torch.randn(4096), torch.randn(64), torch.tensor(0.37)
+    for fn, args in [
+        (lambda x: x / 0.37, (x,)),
+        (lambda x, s: x / s, (x, s)),
+        (lambda x, y: x.view(64, 64) / y[:, None], (x, y)),
+    ]:
+        assert torch.equal(_compiled(fn)(*args), fn(*args))
