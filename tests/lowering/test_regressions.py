@@ -53,3 +53,18 @@ def test_division_by_a_broadcast_divisor_is_true_division():
         (lambda x, y: x.view(64, 64) / y[:, None], (x, y)),
     ]:
         assert torch.equal(_compiled(fn)(*args), fn(*args))
+
+
+def test_nextafter_and_frexp_of_subnormals_in_every_float_width():
+    # XLA's CPU client compares subnormals as zero: nextafter stepped from a subnormal x as if
+    # from 0. bf16/f16 step their own 16-bit patterns (c10's nextafter), frexp widens exactly.
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        tiny = torch.finfo(dtype).tiny
+        x = torch.tensor([0.0, -0.0, tiny, tiny / 4, -tiny / 2, 1.0, float("inf")]).to(dtype)
+        y = torch.tensor([1.0, -1.0, 0.0, 1.0, -1.0, 1.0, 0.0]).to(dtype)
+        bits = torch.int32 if dtype == torch.float32 else torch.int16
+        got = _compiled(torch.nextafter)(x, y)
+        assert torch.equal(got.view(bits), torch.nextafter(x, y).view(bits)), dtype
+        mantissa, exponent = _compiled(torch.frexp)(x)
+        expected = torch.frexp(x)
+        assert torch.equal(mantissa, expected[0]) and torch.equal(exponent, expected[1]), dtype
