@@ -68,3 +68,12 @@ def test_nextafter_and_frexp_of_subnormals_in_every_float_width():
         mantissa, exponent = _compiled(torch.frexp)(x)
         expected = torch.frexp(x)
         assert torch.equal(mantissa, expected[0]) and torch.equal(exponent, expected[1]), dtype
+
+
+def test_bf16_matrix_exp_is_the_float32_one_rounded_once():
+    a = (torch.randn(3, 4, 4) / 2).bfloat16()
+    got = _compiled(torch.linalg.matrix_exp)(a)
+    exact = torch.linalg.matrix_exp(a.double())
+    assert got.dtype == torch.bfloat16
+    # one bf16 rounding of (nearly) the exact exponential
+    torch.testing.assert_close(got, exact.bfloat16(), rtol=8e-3, atol=8e-3)

@@ -1,4 +1,5 @@
-"""``linalg_matrix_exp`` by scaling and squaring a Taylor polynomial (float32).
+"""``linalg_matrix_exp`` by scaling and squaring a Taylor polynomial (float32; bf16/f16 round
+once from it).
 
 exp(A) = exp(A / 2^s)^(2^s) with s the smallest power that brings ||A||_1 to <= 3 (per matrix
 of the batch), where the degree-18 Taylor polynomial's remainder (< 3^19 / 19! * 1.2 ~ 1e-8) is
@@ -16,12 +17,12 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.fx as fx
 
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
 from ..rules import INDEX
-from .linalg import square_float32
 
 aten = torch.ops.aten
 _DEGREE = 18
@@ -34,11 +35,29 @@ def _matmul(ctx: LoweringContext, a: Value, b: Value) -> Value:
     return ctx.emit.dot_general(a, b, ((r - 1,), (r - 2,)), (batch, batch))
 
 
-@lowering(aten.linalg_matrix_exp.default, supports=square_float32)
+def _square_float(node: fx.Node) -> str | None:
+    """float32, or bf16/f16 computed in float32 and rounded once (eager's bf16 kernel runs the
+    same scheme in bf16; float32 is at least as close to the exact exponential)."""
+    a = node.args[0].meta["val"]
+    if a.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        return f"float32/bfloat16/float16 only, not {a.dtype}"
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        return "only square (..., n, n) matrices are lowered"
+    return None
+
+
+@lowering(aten.linalg_matrix_exp.default, supports=_square_float)
 def _lower_matrix_exp(ctx: LoweringContext, a: Value) -> Value:
     e = ctx.emit
     if 0 in a.shape:
         return a
+    if a.dtype != torch.float32:
+        return e.convert(_matrix_exp_f32(ctx, e.convert(a, torch.float32)), a.dtype)
+    return _matrix_exp_f32(ctx, a)
+
+
+def _matrix_exp_f32(ctx: LoweringContext, a: Value) -> Value:
+    e = ctx.emit
     r = a.rank
     batch = a.shape[:-2]
     bdims = list(range(r - 2))
