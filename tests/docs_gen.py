@@ -26,10 +26,10 @@ _INTRO = """\
 Every error has a stable code, the FX node, your source line and a hint:
 
 ```
-[NC101] cannot lower aten.histc.default (node %histc, op aten.histc.default)
+[NC101] cannot lower aten.poisson.default (node %poisson, op aten.poisson.default)
   at /home/me/model.py:4 in forward
-    return torch.histc(x, bins=4) + 1
-  reason: no lowering registered for aten.histc.default
+    return torch.poisson(rates) + 1
+  reason: no lowering registered for aten.poisson.default
   hint: use options={'fallback': 'cpu'} to run unsupported ops eagerly on the CPU, or rewrite the model to avoid the op
 ```
 

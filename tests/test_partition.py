@@ -14,16 +14,16 @@ aten = torch.ops.aten
 def _two_regions(x, w):
     y = torch.relu(x @ w)
     z = cpu_scan(y)
-    values = torch.histc(z @ z.T, bins=4)  # histc: an op with no lowering
+    values = cpu_scan(z @ z.T)  # a second island of the op with no lowering
     return (values * 2 + 1).sum(), z
 
 
 def test_split_reasons_name_each_unsupported_op():
     gm = trace_aten(_two_regions, torch.randn(4, 8), torch.randn(8, 8))
     reasons = split_reasons(gm)
-    assert [r.op for r in reasons] == [CPU_SCAN, "aten.histc.default"]
+    assert [r.op for r in reasons] == [CPU_SCAN, CPU_SCAN]
     assert all("no lowering registered" in r.reason for r in reasons)
-    assert summarize(reasons).startswith(f"{CPU_SCAN} x1")
+    assert summarize(reasons).startswith(f"{CPU_SCAN} x2")
     assert not is_fully_supported(gm)
 
 
@@ -32,7 +32,7 @@ def test_supported_regions_become_submodules_and_fallbacks_stay_eager():
     fused, names = partition(gm)
     assert sorted(names) == ["fused_0", "fused_1", "fused_2"]  # x@w+relu, z@z.T, sum
     parent_ops = [str(n.target) for n in fused.graph.nodes if n.op == "call_function"]
-    assert CPU_SCAN in parent_ops and "aten.histc.default" in parent_ops
+    assert parent_ops.count(CPU_SCAN) == 2
     assert "aten.mm.default" not in parent_ops
     for name in names:  # lowering needs metadata on every submodule input
         sub = fused.get_submodule(name)

@@ -45,7 +45,7 @@ def _layout(
     broadcast over inner, the lengths as (outer, S), and the output shape."""
     outer = math.prod(data.shape[:axis])
     n, segments = data.shape[axis], lengths.shape[-1]
-    flat = data.reshape(outer, n, -1)
+    flat = data.reshape(outer, n, math.prod(data.shape[axis + 1 :]))  # -1 fails on 0 elements
     lens = lengths.reshape(outer, segments).to(torch.int64)
     ends = lens.cumsum(1).clamp(max=n)
     marks = torch.zeros(outer, n + 1, dtype=torch.int64, device=data.device)

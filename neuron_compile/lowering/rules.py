@@ -152,6 +152,15 @@ def chbevl(o: Ops, x: Value, coeffs: Sequence[float]) -> Value:
     return o.mul(o.sub(b0, b2), 0.5)
 
 
+def exact_divide(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    """``a / b`` divided element by element, as eager's kernels divide. XLA rewrites a division
+    by a constant or a broadcast value into a multiplication by its reciprocal, an ulp off in up
+    to four quotients of ten: a barrier on a float divisor hides it from that rewrite."""
+    if b.dtype.is_floating_point:
+        b = ctx.emit.op1("optimization_barrier", [b], b.type)
+    return ctx.emit.binary("divide", a, b)
+
+
 # ---- opmath: compute in float32, round once --------------------------------------------------
 def float_unary(ctx: LoweringContext, x: Value, body: Callable[[Value], Value]) -> Value:
     """Run ``body`` in the compute dtype (float32 for bf16/f16; int inputs become float) and

@@ -144,11 +144,13 @@ def test_mismatch_is_recorded_with_error_size():
 
 
 def test_unsupported_op_is_recorded_not_raised():
-    op = _opinfo("test_histc", lambda x, **_: torch.histc(x, bins=4), _one_matrix)  # unlowered
+    from tests.custom_ops import cpu_scan  # an op no backend can lower
+
+    op = _opinfo("test_cpu_scan", lambda x, **_: cpu_scan(x), _one_matrix)
     results = run_entry(op, torch.float32)
     overall = entry_outcome(results)
     assert overall.outcome == "fallback", _describe(results)
-    assert "histc" in overall.reason
+    assert "cpu_scan" in overall.reason
 
 
 def test_backend_crash_is_an_error_with_its_type(monkeypatch):

@@ -51,6 +51,9 @@ def test_division_by_a_broadcast_divisor_is_true_division():
         (lambda x: x / 0.37, (x,)),
         (lambda x, s: x / s, (x, s)),
         (lambda x, y: x.view(64, 64) / y[:, None], (x, y)),
+        (lambda x, s: x / s.expand_as(x), (x, s)),
+        (lambda x: x / torch.full_like(x, 0.37), (x,)),
+        (lambda x, s: x.div(s, rounding_mode=None), (x, s)),
     ]:
         assert torch.equal(_compiled(fn)(*args), fn(*args))
 
@@ -77,3 +80,18 @@ def test_bf16_matrix_exp_is_the_float32_one_rounded_once():
     assert got.dtype == torch.bfloat16
     # one bf16 rounding of (nearly) the exact exponential
     torch.testing.assert_close(got, exact.bfloat16(), rtol=8e-3, atol=8e-3)
+
+
+def test_review_findings_of_the_long_tail_lowerings():
+    # bool viewed as a wider dtype (was NC102: a plain convert of 1-byte bools)
+    x = torch.tensor([True, False, True, True])
+    for dtype in (torch.float16, torch.int16, torch.float32):
+        got = _compiled(lambda x, d=dtype: (x & True).view(d))(x)
+        assert torch.equal(got.view(torch.uint8), (x & True).view(dtype).view(torch.uint8))
+    # segment_reduce of zero-element data (was a reshape error while tracing)
+    data, lengths = torch.randn(0, 2), torch.tensor([0, 0])
+    seg = lambda d, n: torch.segment_reduce(d * 2, "sum", lengths=n)  # noqa: E731
+    assert torch.equal(_compiled(seg)(data, lengths), seg(data, lengths))
+    # float64 matrix_exp compiles again (float64 runs as float32)
+    a = torch.randn(3, 3, dtype=torch.float64) / 3
+    torch.testing.assert_close(_compiled(torch.linalg.matrix_exp)(a), torch.linalg.matrix_exp(a))

@@ -22,6 +22,7 @@ from ..rules import (
     binary,
     compare,
     dtypes_in,
+    exact_divide,
     polynomial,
     unary,
     unary_formula,
@@ -174,25 +175,16 @@ def _lower_mul(ctx: LoweringContext, a, b) -> Value:
 
 @lowering(aten.div.Tensor, aten.div.Scalar, supports=any_dtype)
 def _lower_div(ctx: LoweringContext, a, b) -> Value:
-    """Eager divides every element (``a / b``, also by a scalar divisor). XLA rewrites a
-    division by a constant or a broadcast value into a multiplication by its reciprocal, which
-    is an ulp off in about a sixth of the elements: a divisor that is broadcast (a Python
-    number, a 0-d tensor, a lower-rank tensor) goes through a barrier that hides it from that
-    rewrite. A divisor of the result's own shape is divided as it is."""
-    e = ctx.emit
-    out_shape = tuple(ctx.node.meta["val"].shape)
-    broadcast = not isinstance(b, Value) or tuple(b.shape) != out_shape
+    """Eager divides every element, also by a scalar divisor (``exact_divide``)."""
     a, b = ctx.promote(a, b, kind=Kind.INT_TO_FLOAT)
-    if broadcast and b.dtype.is_floating_point:
-        b = e.op1("optimization_barrier", [b], b.type)
-    return e.convert(e.binary("divide", a, b), ctx.out_dtype)
+    return ctx.emit.convert(exact_divide(ctx, a, b), ctx.out_dtype)
 
 
 @lowering(aten.div.Tensor_mode, aten.div.Scalar_mode, supports=any_dtype)
 def _lower_div_mode(ctx: LoweringContext, a, b, rounding_mode=None) -> Value:
     e = ctx.emit
     if rounding_mode is None:
-        return arith(ctx, "divide", a, b, kind=Kind.INT_TO_FLOAT)
+        return _lower_div(ctx, a, b)
     b_in = b
     a, b = ctx.promote(a, b)  # ints stay ints; bf16/f16 come back as their float32 opmath
     if not a.dtype.is_floating_point:

@@ -22,7 +22,7 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from ..rules import INDEX
+from ..rules import INDEX, floats
 
 aten = torch.ops.aten
 _DEGREE = 18
@@ -38,9 +38,10 @@ def _matmul(ctx: LoweringContext, a: Value, b: Value) -> Value:
 def _square_float(node: fx.Node) -> str | None:
     """float32, or bf16/f16 computed in float32 and rounded once (eager's bf16 kernel runs the
     same scheme in bf16; float32 is at least as close to the exact exponential)."""
+    why = floats(node)  # float64 runs as float32 (the 64-bit policy)
+    if why:
+        return why
     a = node.args[0].meta["val"]
-    if a.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        return f"float32/bfloat16/float16 only, not {a.dtype}"
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         return "only square (..., n, n) matrices are lowered"
     return None

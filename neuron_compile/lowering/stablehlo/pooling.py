@@ -11,10 +11,9 @@ backward ops.
 * adaptive average pooling is an average pooling when the input divides the output size, and
   otherwise a product with constant averaging matrices along H and W.
 
-Sums accumulate in float32 for low-precision inputs and round once. Max pooling and average
-pooling also take integer inputs (eager's CPU kernels take int64): an integer average sums in the
-integer type and divides with ``stablehlo.divide``, which truncates toward zero like the C++
-``sum / divide_factor`` of eager's ``cpu_avg_pool``.
+Sums accumulate in float32 for low-precision inputs and round once; the division is eager's
+true division (``exact_divide``). Max pooling also takes integer inputs; an integer average
+(eager: int64 only, summed in int64) runs on the CPU, as int64-as-int32 would wrap its sum.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import TensorType, Value
 from ..registry import lowering
-from ..rules import FLOATS, INTS, dtypes_in, floats, minmax_init
+from ..rules import FLOATS, INTS, dtypes_in, exact_divide, floats, minmax_init
 
 aten = torch.ops.aten
 
@@ -241,7 +240,9 @@ def _divisor_value(
     return e.broadcast_in_dim(const, shape, list(range(len(shape) - div.ndim, len(shape))))
 
 
-@lowering(aten.avg_pool2d.default, aten.avg_pool3d.default, supports=floats_and_ints)
+# Floats only: eager's integer average (int64 only) sums in int64, which int64-as-int32 would
+# wrap although every input and the average fit (3 x 3 values of 10**9).
+@lowering(aten.avg_pool2d.default, aten.avg_pool3d.default, supports=floats)
 def _lower_avg_pool(
     ctx: LoweringContext,
     x: Value,
@@ -267,7 +268,7 @@ def _lower_avg_pool(
     div = _divisors(
         x.shape[-n:], out.shape[-n:], kernel, stride, padding, count_include_pad, divisor_override
     )
-    mean = e.binary("divide", total, _divisor_value(ctx, div, total.shape, acc))
+    mean = exact_divide(ctx, total, _divisor_value(ctx, div, total.shape, acc))
     return e.convert(mean, out.dtype)
 
 

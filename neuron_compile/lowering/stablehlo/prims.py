@@ -206,8 +206,10 @@ def _lower_view_dtype(ctx: LoweringContext, x: Value, dtype: torch.dtype) -> Val
     out = ctx.out_type()
     if x.dtype == out.dtype:
         return x
-    if x.dtype == torch.bool:  # bools are 0/1 bytes: the int8/uint8 view is the conversion
-        return e.convert(x, out.dtype)
+    if x.dtype == torch.bool:  # bools are 0/1 bytes: as uint8, then viewed like any byte
+        x = e.convert(x, torch.uint8)
+        if x.dtype == out.dtype:
+            return x
     src_size, dst_size = x.dtype.itemsize, out.dtype.itemsize
     if src_size == dst_size:
         return e.bitcast_convert(x, out.dtype)

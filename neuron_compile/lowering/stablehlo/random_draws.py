@@ -228,6 +228,19 @@ def _lower_randn_generator(ctx: LoweringContext, *args: object, **_: object) -> 
     return ctx.emit.convert(normal(ctx, ctx.out_shape), ctx.out_dtype)
 
 
+def _uniform_width_fits(node: fx.Node) -> str | None:
+    """Eager raises when ``to - from`` overflows the dtype (the draw is ``from + width * u``)."""
+    low, high = arg(node, 1, "from", 0.0), arg(node, 2, "to", 1.0)
+    if not isinstance(low, int | float) or not isinstance(high, int | float):
+        return None
+    limit = torch.finfo(node.meta["val"].dtype).max
+    return (
+        None
+        if float(high) - float(low) <= limit
+        else "to - from overflows the dtype (eager raises)"
+    )
+
+
 @lowering(
     aten.uniform.default,
     supports=all_of(
@@ -241,6 +254,7 @@ def _lower_randn_generator(ctx: LoweringContext, *args: object, **_: object) -> 
             if float(arg(n, 1, "from", 0.0)) <= float(arg(n, 2, "to", 1.0))
             else "from > to (eager raises)"
         ),
+        _uniform_width_fits,
     ),
 )
 def _lower_uniform(

@@ -10,7 +10,7 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from ..rules import INDEX, any_dtype, floats, minmax_init
+from ..rules import INDEX, any_dtype, exact_divide, floats, minmax_init
 
 aten = torch.ops.aten
 
@@ -63,7 +63,7 @@ def _lower_mean(
     out = ctx.out_dtype
     total = sum_(ctx, x, dims, keepdim, ctx.compute_dtype(out))
     count = math.prod(x.shape[d] for d in dims)
-    mean = ctx.emit.binary("divide", total, ctx.full_like(count, total))
+    mean = exact_divide(ctx, total, ctx.full_like(count, total))  # eager: sum / n
     return ctx.emit.convert(mean, out)
 
 

@@ -65,17 +65,6 @@ def test_int_conv_is_an_integer_convolution():
     ).run(text)
 
 
-def test_int_avg_pool_divides_in_the_integer_type():
-    # count_include_pad=False: edge windows divide by fewer elements, a constant divisor table
-    text = lower_to_text(
-        lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
-        _ints(1, 1, 5, 5, dtype=torch.int64),
-    )
-    FileCheck().check("stablehlo.reduce_window").check("stablehlo.divide").check_same(
-        "tensor<1x1x3x3xi32>"
-    ).check_not("f32").run(text)
-
-
 def test_int_max_pool_pads_with_the_integer_minimum():
     text = lower_to_text(lambda x: F.max_pool2d(x, 3, 2, 1), _ints(1, 1, 5, 5, dtype=torch.int32))
     FileCheck().check("dense<-2147483648> : tensor<i32>").check("stablehlo.reduce_window").run(text)

@@ -1,5 +1,5 @@
 """A graph with CPU-fallback regions: a custom op no backend lowers (trainable, between two
-compiled regions) and torch.histc (no lowering) on a side output. AOTAutogradCache never stores
+compiled regions) and torch.bincount (a data-dependent size) on a side output. AOTAutogradCache never stores
 such graphs (their regions run the FX graph); our disk cache still serves the compiled regions."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ class Scanned(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = torch.relu(self.a(x))
-        hist = torch.histc(h.detach(), bins=5, min=0.0, max=2.0)
+        hist = torch.bincount(h.detach().argmax(1), minlength=12)
         return self.b(torch.tanh(cpu_scan(h))), hist
 
 
