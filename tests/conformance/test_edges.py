@@ -48,6 +48,7 @@ def test_every_registered_lowering_has_edges():
     """Registered ops that no OpInfo entry reaches have hand-written edge cases
     (``registered_edges.py``), or say which entry reaches them."""
     import neuron_compile.lowering.stablehlo  # noqa: F401 - registers the rules
+    import neuron_compile.trainium.lowering  # noqa: F401 - and the trn kernel ops' references
     from neuron_compile.lowering.registry import registered_ops
     from tests.conformance.registered_edges import opinfo_names, unaccounted
 
