@@ -63,6 +63,28 @@ any_dtype = dtypes_in(*ALL_DTYPES)
 floats = dtypes_in(*FLOATS)
 #: float32 only (the linear-algebra rules and the bit-level float rules).
 float32_only = dtypes_in(torch.float32)
+#: Floats and integers (no bool): integer matmul, convolution and pooling on the CPU target.
+floats_and_ints = dtypes_in(*FLOATS, *INTS)
+
+
+def all_of(*checks: Support) -> Support:
+    """Supported when every check is: the first reason wins."""
+
+    def check(node: fx.Node) -> str | None:
+        for c in checks:
+            reason = c(node)
+            if reason:
+                return reason
+        return None
+
+    return check
+
+
+def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
+    """Argument ``name`` (position ``index``) of ``node``, by keyword or position."""
+    if name in node.kwargs:
+        return node.kwargs[name]
+    return node.args[index] if index < len(node.args) else default
 
 
 # ---- scalar helpers --------------------------------------------------------------------------

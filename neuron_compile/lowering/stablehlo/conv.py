@@ -27,7 +27,7 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from ..rules import FLOATS, INTS, dtypes_in, floats
+from ..rules import floats, floats_and_ints
 from .reduction import sum_
 
 aten = torch.ops.aten
@@ -140,7 +140,7 @@ def _batched(ctx: LoweringContext, x: Value, w: Value) -> Value:
     return ctx.emit.reshape(x, [1, *x.shape]) if x.rank == w.rank - 1 else x
 
 
-@lowering(aten.convolution.default, supports=dtypes_in(*FLOATS, *INTS))
+@lowering(aten.convolution.default, supports=floats_and_ints)
 def _lower_convolution(
     ctx: LoweringContext,
     x: Value,

@@ -46,7 +46,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from ..context import LoweringContext
 from ..emit import TensorType, Value
 from ..registry import lowering
-from ..rules import FLOATS, INDEX, Ops, float32_only
+from ..rules import FLOATS, INDEX, Ops, arg, exact_divide, float32_only
 
 aten = torch.ops.aten
 _F32 = torch.float32
@@ -66,21 +66,17 @@ def _histc_support(node: fx.Node) -> str | None:
         dtype = torch.float32
     if dtype not in FLOATS:
         return f"dtype {dtype} not supported"
-    bins = int(_arg(node, 1, "bins", 100))
+    bins = int(arg(node, 1, "bins", 100))
     if not _histc_index_in_range(bins, dtype):
         return f"{dtype} histc with {bins} bins: eager's rounded bin index can exceed the range"
     if x.numel() > _HISTC_MAX_NUMEL[dtype]:
         return f"{dtype} histc of {x.numel()} elements: eager's {dtype} counts stop being exact"
-    lo, hi = (float(_arg(node, i, name, 0)) for i, name in ((2, "min"), (3, "max")))
+    lo, hi = (float(arg(node, i, name, 0)) for i, name in ((2, "min"), (3, "max")))
     if lo > hi:
         return "histc with min > max (eager raises)"
     if lo != hi and _round_to(lo, dtype) == _round_to(hi, dtype):
         return f"histc range [{lo}, {hi}] is empty in {dtype} (eager divides by zero)"
     return None
-
-
-def _arg(node: fx.Node, index: int, name: str, default: Any) -> Any:
-    return node.args[index] if len(node.args) > index else node.kwargs.get(name, default)
 
 
 @functools.cache
@@ -113,14 +109,6 @@ def _scalar_at(ctx: LoweringContext, v: Value, i: int) -> Value:
 
 def _bcast(ctx: LoweringContext, s: Value, shape: Sequence[int]) -> Value:
     return ctx.emit.broadcast_in_dim(s, shape, [])
-
-
-def _divide(ctx: LoweringContext, a: Value, b: Value) -> Value:
-    """``a / b`` rounded once, as eager divides: XLA rewrites a division by a constant or a
-    broadcast scalar into a multiplication by its reciprocal (an ulp off often enough to move an
-    element across a bin edge); the barrier hides the divisor from that rewrite."""
-    b = ctx.emit.op1("optimization_barrier", [b], b.type)
-    return ctx.emit.binary("divide", a, b)
 
 
 def _round(ctx: LoweringContext, v: Value, dtype: torch.dtype) -> Value:
@@ -209,7 +197,7 @@ def _fma(o: Ops, a: Value, b: Value, c: Value) -> Value:
 def _linspace(ctx: LoweringContext, start: Value, end: Value, steps: int) -> Value:
     """Eager's CPU ``linspace(start, end, steps)`` in float32 for 0-d ``start``/``end``."""
     e = ctx.emit
-    step = _divide(ctx, e.binary("subtract", end, start), e.scalar(float(steps - 1), _F32))
+    step = exact_divide(ctx, e.binary("subtract", end, start), e.scalar(float(steps - 1), _F32))
     shape = (steps,)
     i = e.iota(shape, 0, _F32)
     o = Ops(ctx, i)
@@ -265,7 +253,7 @@ def _bin_of(ctx: LoweringContext, col: Value, edges: Value, algorithm: str) -> t
         pos = _upper_bound(ctx, edges, col, ivec(0), ivec(n_edges), n_edges)
         pos = e.binary("subtract", pos, ivec(1))
     else:
-        q = _divide(ctx, o.mul(o.sub(col, left), float(n_edges - 1)), o.sub(right, left))
+        q = exact_divide(ctx, o.mul(o.sub(col, left), float(n_edges - 1)), o.sub(right, left))
         # out-of-range elements are dropped below; keep their index finite and in range first
         q = e.select(keep, q, o.c(0.0))
         pos = e.convert(q, INDEX)
@@ -317,11 +305,11 @@ def _density(ctx: LoweringContext, hist: Value, edges: Sequence[Value]) -> Value
     e = ctx.emit
     shape = hist.shape
     total = e.reduce_simple(hist, 0.0, list(range(hist.rank)), "add")
-    hist = _divide(ctx, hist, _bcast(ctx, total, shape))
+    hist = exact_divide(ctx, hist, _bcast(ctx, total, shape))
     for d, ed in enumerate(edges):
         n = ed.shape[0]
         width = e.binary("subtract", e.slice(ed, [1], [n], [1]), e.slice(ed, [0], [n - 1], [1]))
-        hist = _divide(ctx, hist, e.broadcast_in_dim(width, shape, [d]))
+        hist = exact_divide(ctx, hist, e.broadcast_in_dim(width, shape, [d]))
     return hist
 
 
@@ -396,7 +384,7 @@ def _bin_of_histc(
     r = lambda v: _round(ctx, v, dt)  # noqa: E731  c10's per-operation rounding
     # c10's ``BFloat16 * int64_t`` converts the int to the dtype first
     nb = _round_to(float(bins), dt)
-    q = r(_divide(ctx, r(o.mul(r(o.sub(col, left)), nb)), r(o.sub(right, left))))
+    q = r(exact_divide(ctx, r(o.mul(r(o.sub(col, left)), nb)), r(o.sub(right, left))))
     # A quotient that overflowed the dtype (inf, or NaN from inf / inf: a wide range times many
     # bins in float16) becomes INT64_MIN in eager's cast on x86-64, and INT64_MIN elements past
     # the histogram's start wrap around to its first bin: count such elements in bin 0.

@@ -19,12 +19,11 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from ..rules import FLOATS, INTS, dtypes_in
+from ..rules import floats_and_ints
 
 aten = torch.ops.aten
 
 #: Floats, and integers (accumulated in their own type with wrap-around, as eager does).
-floats_and_ints = dtypes_in(*FLOATS, *INTS)
 
 
 def dot(

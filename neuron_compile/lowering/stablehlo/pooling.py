@@ -29,12 +29,9 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import TensorType, Value
 from ..registry import lowering
-from ..rules import FLOATS, INTS, dtypes_in, exact_divide, floats, minmax_init
+from ..rules import FLOATS, exact_divide, floats, floats_and_ints, minmax_init
 
 aten = torch.ops.aten
-
-#: The forward pooling ops also run on integers (no NaN there; max pooling's order still holds).
-floats_and_ints = dtypes_in(*FLOATS, *INTS)
 
 
 def _pair(value: Sequence[int] | int | None, default: Sequence[int], n: int = 2) -> list[int]:

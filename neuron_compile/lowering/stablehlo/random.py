@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 import torch.fx as fx
@@ -36,12 +35,11 @@ import torch.fx as fx
 from ...errors import LoweringError
 from ..context import LoweringContext
 from ..emit import Emitter, TensorType, Value
-from ..registry import lowering
-from ..rules import FLOATS, INTS, dtypes_in
+from ..registry import Support, lowering
+from ..rules import FLOATS, INTS, all_of, arg, dtypes_in, floats
 
 aten = torch.ops.aten
 floats_or_bool = dtypes_in(*FLOATS, torch.bool)
-Support = Callable[[fx.Node], "str | None"]
 SEED_SHAPE = (4,)  # int32[4]: Threefry key (s0, s1) and counter (s2, s3) of the graph key
 U32 = torch.uint32
 
@@ -188,26 +186,6 @@ def _as_dtype(ctx: LoweringContext, x: Value, dtype: torch.dtype) -> Value:
 
 
 # ---- shared by the random rules: support predicates and the open unit interval -------------
-def arg(node: fx.Node, index: int, name: str, default: Any = None) -> Any:
-    """Argument ``name`` (position ``index``) of ``node``, by keyword or position."""
-    if name in node.kwargs:
-        return node.kwargs[name]
-    return node.args[index] if index < len(node.args) else default
-
-
-def all_of(*checks: Support) -> Support:
-    """Supported when every check is: the first reason wins."""
-
-    def check(node: fx.Node) -> str | None:
-        for c in checks:
-            reason = c(node)
-            if reason:
-                return reason
-        return None
-
-    return check
-
-
 def no_generator(index: int = 99) -> Support:
     """Rejects an explicit ``torch.Generator``: its state lives outside the graph."""
 
@@ -278,7 +256,6 @@ def _lower_native_dropout(
 
 
 # ---- more distributions: normal with tensor moments, cauchy, log_normal, geometric ------------
-floats_only = dtypes_in(*FLOATS)
 
 
 @lowering(
@@ -286,9 +263,7 @@ floats_only = dtypes_in(*FLOATS)
     aten.normal.float_Tensor,
     aten.normal.Tensor_Tensor,
     aten.normal.float_float,
-    supports=all_of(
-        floats_only, no_generator(), scalar_args_ok((1, "std", lambda v: v >= 0, ">= 0"))
-    ),
+    supports=all_of(floats, no_generator(), scalar_args_ok((1, "std", lambda v: v >= 0, ">= 0"))),
 )
 def _lower_normal(
     ctx: LoweringContext, mean: Value | float, std: Value | float, *_: object, **__: object
@@ -310,9 +285,7 @@ def _lower_normal(
 
 @lowering(
     aten.log_normal.default,
-    supports=all_of(
-        floats_only, no_generator(), scalar_args_ok((2, "std", lambda v: v > 0, "> 0"))
-    ),
+    supports=all_of(floats, no_generator(), scalar_args_ok((2, "std", lambda v: v > 0, "> 0"))),
 )
 def _lower_log_normal(
     ctx: LoweringContext, x: Value, mean: float = 1.0, std: float = 2.0, **_: object
@@ -325,9 +298,7 @@ def _lower_log_normal(
 
 @lowering(
     aten.cauchy.default,
-    supports=all_of(
-        floats_only, no_generator(), scalar_args_ok((2, "sigma", lambda v: v > 0, "> 0"))
-    ),
+    supports=all_of(floats, no_generator(), scalar_args_ok((2, "sigma", lambda v: v > 0, "> 0"))),
 )
 def _lower_cauchy(
     ctx: LoweringContext, x: Value, median: float = 0.0, sigma: float = 1.0, **_: object

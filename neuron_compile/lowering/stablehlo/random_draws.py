@@ -36,11 +36,9 @@ import torch.fx as fx
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from ..rules import ALL_DTYPES, FLOATS, INDEX, dtypes_in
+from ..rules import FLOATS, INDEX, all_of, any_dtype, arg, dtypes_in, floats
 from .random import (
     U32,
-    all_of,
-    arg,
     no_generator,
     normal,
     open_unit,
@@ -134,10 +132,6 @@ def _multinomial_support(node: fx.Node) -> str | None:
     if replacement and rows * n * probs.shape[-1] > MAX_MULTINOMIAL_COMPARES:
         return "multinomial with replacement compares every sample with every category: too large"
     return None
-
-
-floats_only = dtypes_in(*FLOATS)
-any_dtype = dtypes_in(*ALL_DTYPES)
 
 
 # ---- helpers ---------------------------------------------------------------------------------
@@ -244,7 +238,7 @@ def _uniform_width_fits(node: fx.Node) -> str | None:
 @lowering(
     aten.uniform.default,
     supports=all_of(
-        floats_only,
+        floats,
         no_generator(),
         scalar_args_ok(
             (1, "from", math.isfinite, "not finite"), (2, "to", math.isfinite, "not finite")
@@ -269,7 +263,7 @@ def _lower_uniform(
 @lowering(
     aten.exponential.default,
     supports=all_of(
-        floats_only,
+        floats,
         no_generator(),
         scalar_args_ok((1, "lambd", lambda v: v > 0, "must be positive")),
     ),
@@ -287,7 +281,7 @@ def _lower_exponential(ctx: LoweringContext, x: Value, lambd: float = 1.0, **_: 
 @lowering(
     aten.normal_functional.default,
     supports=all_of(
-        floats_only,
+        floats,
         no_generator(),
         scalar_args_ok((2, "std", lambda v: v >= 0, "must be non-negative")),
     ),
