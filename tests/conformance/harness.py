@@ -58,6 +58,10 @@ REF_NOTE = "outside tolerance of eager but as close to the float64 reference"
 GRAD_LAYOUT_NOTE = (
     "grad strides as aot_eager's (AOTAutograd's backward, not eager's autograd formula)"
 )
+INDUCTOR_LAYOUT_NOTE = (
+    "strides as Inductor's (PyTorch's fake-tensor meta, which AOTAutograd records, lays this "
+    "result out otherwise than eager's kernel)"
+)
 DEFAULT_SAMPLES = 3
 DEFAULT_TIMEOUT = 30.0
 
@@ -346,11 +350,16 @@ def _run_forward(op: Any, sample: Any, dtype: torch.dtype, grad: bool, key: tupl
         return Result(*key, "forward", "fallback", _fallback_detail(rerun, fell_back)), state
     why, abs_err, rel_err = compare(actual, expected, dtype)
     note = ""
+    if why and " strides " in why:
+        copies = [copy_leaf(t, grad) for t in eager_in]
+        if _layouts_as(actual, functools.partial(_run_compiled, fn, copies, None, "inductor")):
+            why, abs_err, rel_err = compare(actual, expected, dtype, strides=False)
+            note = INDUCTOR_LAYOUT_NOTE
     if why and why.endswith("differs") and dtype.is_floating_point:
         with contextlib.suppress(Exception), torch.no_grad():
             ref = fn(*[to64(t, False) for t in eager_in])
-            why = compare(actual, expected, dtype, ref)[0]
-            note = "" if why else REF_NOTE
+            why = compare(actual, expected, dtype, ref, strides=not note)[0]
+            note = note if why else REF_NOTE
     if why and state.ties is not None:
         why, note = _compare_modulo_ties(state, dtype), TIE_NOTE
         abs_err = rel_err = None
@@ -403,9 +412,16 @@ def _run_backward(dtype: torch.dtype, state: _Run, key: tuple) -> Result:
         return Result(*key, "backward", "fallback", _fallback_detail(rerun, fell_back))
     why, abs_err, rel_err = compare(list(a_grads), list(e_grads), dtype)
     note = ""
-    if why and " strides " in why and _layouts_as_aot_eager(state, cots, a_grads):
-        why, abs_err, rel_err = compare(list(a_grads), list(e_grads), dtype, strides=False)
-        note = GRAD_LAYOUT_NOTE
+    if why and " strides " in why:
+        rerun = functools.partial(_compiled_grads, state, cots, None)
+        for backend, layout_note in (
+            ("aot_eager", GRAD_LAYOUT_NOTE),
+            ("inductor", INDUCTOR_LAYOUT_NOTE),
+        ):
+            if _layouts_as(list(a_grads), functools.partial(rerun, backend)):
+                why, abs_err, rel_err = compare(list(a_grads), list(e_grads), dtype, strides=False)
+                note = layout_note
+                break
     if why and why.endswith("differs"):
         with contextlib.suppress(Exception):
             ref = _ref_grads(state, cots)
@@ -429,20 +445,26 @@ def _compiled_grads(
     return torch.autograd.grad(outs, [t for t in ins if t.requires_grad], cots, allow_unused=True)
 
 
-def _layouts_as_aot_eager(state: _Run, cots: list[torch.Tensor], grads: tuple) -> bool:
-    """Whether ``grads`` are laid out as PyTorch's own compiled backward lays them out. Eager's
-    grad strides come from each autograd formula's implementation, which AOTAutograd's traced
-    backward does not reproduce (``ormqr``'s grad is transposed in eager, contiguous under
-    ``aot_eager`` and Inductor): a backend can only match what AOTAutograd says the graph
-    returns."""
+def _layouts_as(ours: Any, rerun: Callable[[], Any]) -> bool:
+    """Whether ``ours`` are laid out as PyTorch's own compiled code (``rerun``: the same code
+    through another backend) lays them out: a backend can only match the layouts AOTAutograd
+    says the graph returns.
+
+    ``aot_eager`` runs eager's kernels on AOTAutograd's traced graph: eager's grad strides come
+    from each autograd formula's implementation, which the traced backward does not reproduce
+    (``ormqr``'s grad is transposed in eager, contiguous under ``aot_eager`` and Inductor).
+    ``inductor`` returns the strides AOTAutograd's fake-tensor trace records. Where PyTorch's meta
+    functions lay a result out otherwise than its kernels (bf16 ``mul`` of an expanded grad in
+    ``tensordot``'s backward; bf16 ``max_unpool2d``), that is the layout any compiled backend
+    returns and the one a later frame's guards were traced with."""
     try:
-        ref = _compiled_grads(state, cots, None, "aot_eager")
+        ref = rerun()
     except BaseException as e:
         _reraise_fatal(e)
         return False
     finally:
         torch._dynamo.reset()
-    pairs = zip(leaves(list(grads)), leaves(list(ref)), strict=False)
+    pairs = zip(leaves(ours), leaves(ref), strict=False)
     return all(
         not isinstance(a, torch.Tensor) or (isinstance(r, torch.Tensor) and layout(a) == layout(r))
         for a, r in pairs

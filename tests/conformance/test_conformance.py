@@ -110,6 +110,29 @@ def test_expectations_file_is_valid():
 # --------------------------------------------------------------------------- classifier
 
 
+def _phase(results: list[Result], phase: str) -> Result:
+    return next(r for r in results if r.phase == phase)
+
+
+def test_a_layout_as_inductors_passes_with_its_note():
+    """bf16 ``tensordot``: PyTorch's fake-tensor meta lays one grad out otherwise than eager's
+    kernel; Inductor returns the meta's layout, and so do we."""
+    from tests.conformance.harness import INDUCTOR_LAYOUT_NOTE
+
+    results = run_entry(_op_db()["tensordot"], torch.bfloat16)
+    backward = _phase(results, "backward")
+    assert (backward.outcome, backward.reason) == ("pass", INDUCTOR_LAYOUT_NOTE)
+
+
+def test_a_layout_no_pytorch_backend_shares_is_a_mismatch():
+    """SDPA's grads: eager and Inductor take the CPU flash kernel's (B, L, H, D) layout; we trace
+    the math path. Neither layout rule excuses that."""
+    results = run_entry(_op_db()["nn.functional.scaled_dot_product_attention"], torch.float32)
+    backward = _phase(results, "backward")
+    assert backward.outcome == "mismatch"
+    assert "strides" in backward.reason
+
+
 def _opinfo(name, fn, sample_fn, **kw):
     opinfo.load_op_db()  # first: registers the expecttest stand-in the imports below need
     from torch.testing._internal.common_dtype import floating_types
