@@ -1,6 +1,6 @@
 """The Dynamo entry point: ``torch.compile(model, backend="neuron")``.
 
-Dynamo graph -> AOTAutograd (core ATen decompositions, SDPA forced to its math path, separate
+Dynamo graph -> AOTAutograd (core ATen decompositions and ours, separate
 forward / backward / inference compilers, boxed calling convention) -> ``compile_graph`` per graph.
 Each frame publishes ``FrameStarted`` and ``FrameCompiled`` (events.py).
 """
@@ -136,7 +136,6 @@ def compile_frame(
     """Run AOTAutograd on one static Dynamo graph with our compilers for each resulting graph."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import default_partition
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     aot_id = next(_aot_ids)
     frame_name = f"{model}_{aot_id}"
@@ -204,15 +203,13 @@ def compile_frame(
         inference_compiler=compiler_for("inference"),
         decompositions=decomposition_table(cfg.target),
     )
-    # The math SDPA path decomposes into bmm/softmax; the CPU flash kernel would otherwise leave
-    # an unlowerable _scaled_dot_product_flash_attention_for_cpu_backward in backward graphs.
     get_target(cfg.target).prepare_frame(gm, cfg)
     scope = (
         aot_cache.frame(cfg, next_name, start, recompile, example_inputs, gm=gm)
         if cached
         else contextlib.nullcontext()
     )
-    with sdpa_kernel(SDPBackend.MATH), scope, _effect_tokens_inside_graphs():
+    with get_target(cfg.target).frame_routing(cfg), scope, _effect_tokens_inside_graphs():
         compiled = aot(gm, list(example_inputs))
     done = events.FrameCompiled(frame_name, gm, compiled)
     events.publish(done)

@@ -390,12 +390,10 @@ def inference_graph_text(
     def call(params: dict[str, Any], *args: Any) -> Any:
         return torch.func.functional_call(module, params, args)
 
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     chosen = get_target(target)
     lnc = chosen.resolve_lnc(lnc)  # None: as NeuronConfig resolves it
     routing = chosen.frame_routing(NeuronConfig(target=target, flash_attention=flash_attention))
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH), routing:  # the backend's SDPA path
+    with torch.no_grad(), routing:  # the backend's SDPA path
         gm = make_fx(call, decomposition_table=decomposition_table(target), tracing_mode="fake")(
             state, *inputs
         )

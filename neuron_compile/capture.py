@@ -39,6 +39,9 @@ def decomposition_table(target: str = "cpu") -> dict[Any, Any]:
     table.update(get_decompositions([aten.batch_norm_backward.default]))
     table.update(added_decompositions())
     table.update(promoting_decompositions(table))
+    # Lowered whole (lowering/stablehlo/attention.py): PyTorch's decomposition of the CPU flash
+    # op returns the attention weights where the op returns the log-sum-exp its backward reads.
+    table.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
     for op in get_target(target).kept_ops():
         table.pop(op, None)
     return table

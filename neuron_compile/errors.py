@@ -30,6 +30,10 @@ and are reported next to ours, never instead of them.
 | NC507 | HbmViolation        | trn legality: estimated HBM footprint > one core (EOOM001)     |
 | NC508 | GraphSizeViolation  | trn legality: graph-size proxy over the instruction limit (EBVF030) |
 | NC509 | RngAlgorithmViolation | trn legality: RngBitGenerator with a non-default algorithm (EVRF006) |
+| NC510 | ConvolutionFormViolation | trn legality: convolution with input+kernel dilation or stride+input dilation (EVRF010/011) |
+| NC511 | ReduceWindowViolation | trn legality: reduce-window with dilation or more than one operand (EVRF017/018/019) |
+| NC512 | OpDtypeViolation    | trn legality: TopK on ints, scatter-reduce on int/bool, non-32-bit arithmetic shift right (EVRF013/016/022) |
+| NC513 | KernelArtifactViolation | trn legality: an NKI kernel's artifact is missing at compile time (EVRF059) |
 | NC521 | NeuronxCcNotFound   | a trn target needs neuronx-cc (PATH / NEURON_COMPILE_NEURONX_CC) |
 | NC522 | NeuronxCcError      | neuronx-cc failed; fields ``ncc_code`` and ``triage``          |
 | NC523 | NeuronxCcTimeout    | neuronx-cc exceeded NEURON_COMPILE_NEURONX_CC_TIMEOUT          |
@@ -282,6 +286,22 @@ class GraphSizeViolation(LegalityError):
 
 class RngAlgorithmViolation(LegalityError):
     code = "NC509"
+
+
+class ConvolutionFormViolation(LegalityError):
+    code = "NC510"
+
+
+class ReduceWindowViolation(LegalityError):
+    code = "NC511"
+
+
+class OpDtypeViolation(LegalityError):
+    code = "NC512"
+
+
+class KernelArtifactViolation(LegalityError):
+    code = "NC513"
 
 
 class NeuronxCcNotFound(NeuronCompileError):

@@ -83,8 +83,10 @@ class Target:
         return core
 
     def frame_routing(self, cfg: NeuronConfig) -> contextlib.AbstractContextManager[Any]:
-        """A context that routes a Dynamo frame's ops to this target's kernels while it is
-        traced (e.g. attention to a flash kernel)."""
+        """A context entered while a frame is traced (AOTAutograd in the backend, ``make_fx`` in
+        the bucket planner): it routes ops to this target's kernels (e.g. attention to a flash
+        kernel) and picks the SDPA path. Default: eager's own kernel choice, whose ops the core
+        lowers (``lowering/stablehlo/attention.py``)."""
         return contextlib.nullcontext()
 
     def prepare_frame(self, gm: fx.GraphModule, cfg: NeuronConfig) -> None:

@@ -36,7 +36,7 @@ Every error has a stable code, the FX node, your source line and a hint:
 Catch them all with `neuron_compile.NeuronCompileError` (`err.code`, `err.node_name`, `err.op`,
 `err.where`, `err.reason`, `err.hint`). In `neuron-compile check` reports
 ([ci-reports.md](ci-reports.md)) an exception without a code is reported as `NC000`: a
-neuron-compile bug. The trn legality codes (NC501–NC509) are explained rule by rule in
+neuron-compile bug. The trn legality codes (NC501–NC513) are explained rule by rule in
 [trainium.md](trainium.md#legality-checks).
 """
 

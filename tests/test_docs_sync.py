@@ -177,6 +177,41 @@ def test_documented_error_codes_exist():
     assert sorted(set(_CODE.findall(_text())) - set(error_codes()) - used) == []
 
 
+def _catalogue_rows() -> dict[str, list[str]]:
+    """docs/trainium.md's error catalogue: NCC code -> its cells."""
+    page = (REPO_ROOT / "docs" / "trainium.md").read_text()
+    table = page.split("### Error catalogue", 1)[1].split("\n\n|", 1)[1].split("\n\n", 1)[0]
+    rows = [
+        [c.strip().strip("`") for c in line.strip("|").split("|")] for line in table.splitlines()
+    ]
+    return {cells[0]: cells for cells in rows[2:]}
+
+
+def test_trainium_error_catalogue_matches_the_rules():
+    """Every NCC code a legality rule declares has its row (our code, rule, whether a rewrite
+    exists, the R6 item), and every row belongs to a rule."""
+    from neuron_compile.trainium.legality import RULES
+    from neuron_compile.trainium.legality_base import info
+
+    rows = _catalogue_rows()
+    reference = (REPO_ROOT / "docs" / "trainium-reference.md").read_text()
+    r6 = reference.split("## R6.", 1)[1].split("\n## ", 1)[0]
+    items = dict(re.findall(r"^(\d+)\. (.*?)(?=^\d+\. |^Used by|\Z)", r6, re.M | re.S))
+    declared = {}
+    for rule in RULES:
+        entry = info(rule)
+        for code in entry.codes:
+            assert code not in declared, f"{code} is declared by two rules"
+            declared[code] = entry
+    assert sorted(rows) == sorted(declared)
+    for code, entry in declared.items():
+        _, _, ours, name, rewrite, source = rows[code]
+        assert (ours, name, source) == (entry.error.code, entry.rule, entry.source), code
+        assert (rewrite != "—") == bool(entry.rewrite), f"{code}: rewrite column vs the rule"
+        item = items.get(entry.source.removeprefix("R6."), "")
+        assert code.removeprefix("NCC_") in item, f"{code}: not in {entry.source} of R6"
+
+
 # ---- CLI commands -----------------------------------------------------------------------------------
 class _Parsed(Exception):
     pass

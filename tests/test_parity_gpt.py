@@ -108,20 +108,21 @@ def _graph_dirs(root: Path, kind: str) -> list[Path]:
     return sorted(p.parent for p in root.glob(f"*_{kind}_*/meta.json"))
 
 
-def test_backward_has_no_cpu_flash_attention_and_dumps_are_complete(model, batch, tmp_path):
+def test_attention_is_eagers_cpu_flash_op_compiled_and_dumps_are_complete(model, batch, tmp_path):
     idx, targets = batch
-    compiled = torch.compile(model, backend="neuron", options={"dump_dir": str(tmp_path)})
+    compiled = torch.compile(
+        model, backend="neuron", options={"dump_dir": str(tmp_path), "fallback": "error"}
+    )
     compiled(idx, targets).backward()
 
     (fw_dir,) = _graph_dirs(tmp_path, "forward")
     (bw_dir,) = _graph_dirs(tmp_path, "backward")
+    # Eager's own SDPA choice on CPU, one op per layer each way, lowered whole (no fallback).
+    forward_op = SDPA_CPU_BACKWARD.removesuffix("_backward")
+    fw_code = (fw_dir / "graph.fx.py").read_text()
+    assert fw_code.count(f"aten.{forward_op}.default(") == CFG.n_layer
     bw_code = (bw_dir / "graph.fx.py").read_text()
-    assert SDPA_CPU_BACKWARD not in bw_code
-    # Attention's backward is there, as plain batched matmuls (one per head-batched product);
-    # sink_transposes turns those with a transposed operand into neuron_compile.dot_general.
-    products = bw_code.count("aten.bmm") + bw_code.count("neuron_compile.dot_general")
-    assert products >= 4 * CFG.n_layer
-    assert "scaled_dot_product" not in (fw_dir / "graph.fx.py").read_text()
+    assert bw_code.count(f"aten.{SDPA_CPU_BACKWARD}.default(") == CFG.n_layer
 
     expected = {"graph.fx.py", "module.stablehlo.mlir", "module.portable.mlirbc", "meta.json"}
     for d in (fw_dir, bw_dir):

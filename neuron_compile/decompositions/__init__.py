@@ -13,6 +13,8 @@ the backward op too). One module per family:
 - ``dropout``: ``native_dropout`` of an empty tensor (eager's float mask);
 - ``legacy``: the legacy convolution entry points and the other aliases of covered ops.
 
+``counting`` is their shared helper for counts (a float32 scatter-add, legal on Trainium).
+
 A family module exports ``DECOMPOSITIONS`` (op overload -> function); each function computes what
 the eager kernel computes (the module docstrings say where the two could differ and why not).
 """

@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from .counting import scatter_count, scatter_min_position
+
 aten = torch.ops.aten
 
 _SUM, _MEAN, _MAX = 0, 1, 2
@@ -43,8 +45,7 @@ _FAST_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def _offset2bag(offsets: torch.Tensor, n: int) -> torch.Tensor:
     """Bag id of each of ``n`` positions: the number of offsets at or before it, minus one
     (eager's ``make_offset2bag``; an offset equal to ``n`` lands in the dropped last slot)."""
-    marks = torch.zeros(n + 1, dtype=offsets.dtype, device=offsets.device)
-    marks = marks.index_add(0, offsets, torch.ones_like(offsets))
+    marks = scatter_count((n + 1,), 0, offsets.to(torch.int64), None)
     return (marks.cumsum(0) - 1)[:n].to(offsets.dtype)
 
 
@@ -90,8 +91,7 @@ def _bag_max(
     key = torch.where(valid, bag, num_bags).to(torch.int64)
     key2 = key.unsqueeze(1).expand(n, dim)
     pos = torch.arange(n, device=indices.device)
-    first = torch.full((num_bags + 1,), n, dtype=pos.dtype, device=pos.device)
-    first = first.scatter_reduce(0, key, pos, "amin")
+    first = scatter_min_position((num_bags + 1,), 0, key, pos, n)
     first_rows = rows.index_select(0, first.clamp(max=n - 1))  # (num_bags + 1, dim)
 
     finite = torch.where(rows.isnan(), float("-inf"), rows)
@@ -99,8 +99,7 @@ def _bag_max(
     top = top.scatter_reduce(0, key2, finite, "amax")
     hit = rows == top.gather(0, key2)
     pos2 = pos.unsqueeze(1).expand(n, dim)
-    winner = torch.full((num_bags + 1, dim), n, dtype=pos.dtype, device=pos.device)
-    winner = winner.scatter_reduce(0, key2, torch.where(hit, pos2, n), "amin")
+    winner = scatter_min_position((num_bags + 1, dim), 0, key2, torch.where(hit, pos2, n), n)
     winner = torch.where(first_rows.isnan(), first.unsqueeze(1), winner)[:num_bags]
 
     picked = indices.index_select(0, winner.clamp(max=n - 1).flatten()).view(num_bags, dim)
@@ -136,8 +135,8 @@ def _embedding_bag_impl(
         bag_size = torch.zeros(num_bags, **new)
     else:
         # Padding indices do not count (eager decrements the size once per padding index).
-        padded = torch.zeros(num_bags + 1, **new)
-        padded = padded.index_add(0, bag.clamp(min=0), (~valid).to(index_dtype))
+        padded = scatter_count((num_bags + 1,), 0, bag.clamp(min=0).long(), ~valid)
+        padded = padded.to(index_dtype)
         bag_size = _bag_lengths(offsets, num_bags, n) - padded[:num_bags]
     offset2bag = torch.zeros(0, **new) if (mode == _SUM and fast) else bag
 
@@ -248,11 +247,9 @@ def _eager_frequency(indices: torch.Tensor, num_weights: int) -> torch.Tensor:
     ``_embedding_bag_dense_backward_cpu_sum_mean``). Built from counts and cumsums, no sort."""
     n = indices.shape[0]
     idx = indices.to(torch.int64)
-    counts = torch.zeros(num_weights, dtype=torch.int64, device=indices.device)
-    counts = counts.index_add(0, idx, torch.ones_like(idx))
+    counts = scatter_count((num_weights,), 0, idx, None)
     # sorted[k] = the number of values whose run ends at or before position k.
-    marks = torch.zeros(n + 1, dtype=torch.int64, device=indices.device)
-    marks = marks.index_add(0, counts.cumsum(0), torch.ones_like(counts))
+    marks = scatter_count((n + 1,), 0, counts.cumsum(0), None)
     sorted_values = marks.cumsum(0)[:n]
     group = ((counts > 0).to(torch.int64).cumsum(0) - 1).index_select(0, idx)
     return counts.index_select(0, sorted_values.index_select(0, group))

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from .counting import scatter_count
+
 aten = torch.ops.aten
 
 _SCATTER = {"sum": "sum", "mean": "sum", "prod": "prod", "max": "amax", "min": "amin"}
@@ -48,8 +50,7 @@ def _layout(
     flat = data.reshape(outer, n, math.prod(data.shape[axis + 1 :]))  # -1 fails on 0 elements
     lens = lengths.reshape(outer, segments).to(torch.int64)
     ends = lens.cumsum(1).clamp(max=n)
-    marks = torch.zeros(outer, n + 1, dtype=torch.int64, device=data.device)
-    marks = marks.scatter_add(1, ends, torch.ones_like(ends))
+    marks = scatter_count((outer, n + 1), 1, ends, None)
     seg = marks.cumsum(1)[:, :n].clamp(max=segments)  # segments == the spare slot
     index = seg.unsqueeze(2).expand(flat.shape)
     shape = [*data.shape[:axis], segments, *data.shape[axis + 1 :]]
@@ -90,7 +91,7 @@ def _segment_reduce(
         out = torch.where(size > 0, out / size.to(data.dtype), out)
         if initial is None:
             out = torch.where(size == 0, math.nan, out)
-    return out.reshape(shape)
+    return out.reshape(shape).contiguous()  # eager's kernel writes a fresh contiguous output
 
 
 def _segment_reduce_backward(
@@ -125,8 +126,7 @@ def _segment_reduce_backward(
         gi = g / size.expand(outer, segments + 1, inner).gather(1, index).to(grad.dtype)
     elif reduce in ("max", "min"):
         hit = flat.isnan() | (flat == res)
-        count = torch.zeros(outer, segments + 1, inner, dtype=torch.int64, device=grad.device)
-        count = count.scatter_add(1, index, hit.to(torch.int64)).gather(1, index)
+        count = scatter_count((outer, segments + 1, inner), 1, index, hit).gather(1, index)
         gi = torch.where(hit, g, 0)
         gi = torch.where((count >= 2) & (gi > 0), gi / count.to(grad.dtype), gi)
     else:
@@ -151,9 +151,8 @@ def _prod_backward(
     # Product of the ordinary elements, and how many zeros / NaNs the segment holds.
     plain = ones.scatter_reduce(1, index, torch.where(special, 1.0, flat), "prod")
     plain = (plain * start).gather(1, index)
-    zeros = torch.zeros(shape, dtype=torch.int64, device=flat.device)
-    n_special = zeros.scatter_add(1, index, special.to(torch.int64)).gather(1, index)
-    n_nan = zeros.scatter_add(1, index, flat.isnan().to(torch.int64)).gather(1, index)
+    n_special = scatter_count(shape, 1, index, special).gather(1, index)
+    n_nan = scatter_count(shape, 1, index, flat.isnan()).gather(1, index)
     # The other specials multiply in as 0, or NaN when one of them is NaN.
     others_nan = (n_nan - flat.isnan().to(torch.int64)) > 0
     others = torch.where(others_nan, math.nan, 0.0).to(flat.dtype)

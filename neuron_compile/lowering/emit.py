@@ -79,7 +79,8 @@ class Emitter:
         self._blocks: list[list[str]] = [[]]
         self.args: list[Value] = []
         #: emitted body line index -> FX node being lowered when it was emitted (for error reports)
-        self.line_nodes: dict[int, fx.Node | None] = {}
+        self.line_nodes: dict[int, fx.Node | None] = {}  # first body line of each op -> node
+        self.body_lines = 0
         self.current_node: fx.Node | None = None
 
     # ---- plumbing -------------------------------------------------------------------------
@@ -89,8 +90,9 @@ class Emitter:
 
     def _line(self, text: str) -> None:
         block = self._blocks[-1]
-        if len(self._blocks) == 1:
-            self.line_nodes[len(block)] = self.current_node
+        if len(self._blocks) == 1:  # keyed by text line: an op with regions spans several
+            self.line_nodes[self.body_lines] = self.current_node
+            self.body_lines += text.count("\n") + 1
         block.append(text)
 
     def arg(self, type_: TensorType) -> Value:

@@ -7,6 +7,7 @@ gradients, outputs that are graph inputs, 64-bit outputs widened back).
 
 from __future__ import annotations
 
+import bisect
 import operator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -120,7 +121,13 @@ class LoweredGraph:
         """FX node that emitted 1-based ``line`` of ``text`` (for verifier errors)."""
         if self.emitter is None:
             return None
-        return self.emitter.line_nodes.get(line - self.emitter.body_line_offset())
+        # A line inside an op's regions (a reduction body) belongs to the op that starts above it.
+        index = line - self.emitter.body_line_offset()
+        starts = sorted(self.emitter.line_nodes)
+        at = bisect.bisect_right(starts, index) - 1
+        if at < 0 or index >= self.emitter.body_lines:
+            return None
+        return self.emitter.line_nodes[starts[at]]
 
 
 def _check_result(node: fx.Node, produced: list[Value | None]) -> None:

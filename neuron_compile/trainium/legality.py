@@ -4,7 +4,7 @@ Runs on every graph (or compiled region) bound for a trn target, after lowering,
 graph (dtypes, shapes, static index values, sizes: the node and the user's line are at hand) and
 the emitted StableHLO (types and custom-call targets that reach the compiler). Each rule maps a
 violation to the neuronx-cc error it pre-empts (``docs/trainium-reference.md`` §R6; codes: §R7)
-and raises a coded ``LegalityError`` subclass (NC501-NC509) with ``ncc_code``, ``target``,
+and raises a coded ``LegalityError`` subclass (NC501-NC513) with ``ncc_code``, ``target``,
 ``rule``, the FX node and the user's source line.
 
 Requires: ``gm`` lowered to ``lowered`` (every call_function node carries ``meta["val"]``).
@@ -17,8 +17,6 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,60 +25,15 @@ import torch.fx as fx
 from .. import errors
 from ..lowering.lower_graph import LoweredGraph
 from ..lowering.registry import INT32, int64_value_beyond_int32
+from . import legality_conv, legality_ops, legality_windows
 from .cost_model import MATMUL_OPS, contraction_size, nbytes, tensors_in
+from .legality_base import Context, Rule, Violation, info, legality_rule
+from .legality_ops import check_integer_datapath, is_integer_tensor
 
 if TYPE_CHECKING:  # target.py imports this module to check; no import cycle at run time
     from .target import TrainiumTarget
 
 aten = torch.ops.aten
-
-#: Rule name -> (error class, hint). Codes live on the classes (errors.py).
-HINTS = {
-    "static_shapes": "compile with dynamic=False and pad variable dims to a few buckets "
-    "(neuron_compile.bucketing)",
-    "dtypes": "cast to a supported dtype (float32/bfloat16/float16/float8_e5m2, int8..int32) "
-    "before the compiled region",
-    "int64": "keep integer values within int32, or pass NEURON_CC_FLAGS=--native-int64=enabled",
-    "integer_datapath": "cast the operands to float32 explicitly, or allow the lossy downcast with "
-    "NEURON_CC_FLAGS=--implicit-integer-downcast=all",
-    "custom_calls": "only neuronx-cc's built-in custom-call targets are accepted; this is a "
-    "lowering bug unless you registered the custom call yourself",
-    "index_range": "the index is out of range of the indexed dim (e.g. a sequence longer than "
-    "the position-embedding table): shorten the input or grow the table",
-    "hbm": "use a smaller bucket/batch, LNC=2, or shard the model",
-    "rng_algorithm": "neuronx-cc accepts only RNG_DEFAULT; neuron-compile's random ops use "
-    "in-module Threefry arithmetic instead (lowering/stablehlo/random.py), so this is a lowering "
-    "bug unless the module was written by hand",
-    "graph_size": "split the graph (torch.compiler.disable a module boundary) or use smaller shapes",
-}
-
-
-@dataclass
-class Violation:
-    rule: str
-    error: type[errors.LegalityError]
-    ncc_code: str
-    message: str
-    node: fx.Node | None = None
-
-
-@dataclass(frozen=True)
-class Context:
-    target: TrainiumTarget
-    lnc: int
-    flags: tuple[str, ...]
-
-    def flag_value(self, name: str) -> str | None:
-        """Value of ``--name=value`` / ``--name value`` in the user's neuronx-cc flags."""
-        for i, word in enumerate(self.flags):
-            if word == name and i + 1 < len(self.flags):
-                return self.flags[i + 1]
-            if word.startswith(name + "="):
-                return word.split("=", 1)[1]
-        return None
-
-
-Rule = Callable[[fx.GraphModule, LoweredGraph, Context], Iterator[Violation]]
 
 
 def _nodes(gm: fx.GraphModule, ops: tuple[str, ...] = ("placeholder", "call_function", "get_attr")):
@@ -99,6 +52,13 @@ def _min_max(const: torch.Tensor) -> tuple[int, int]:
 # -- rules ------------------------------------------------------------------------------------
 
 
+@legality_rule(
+    "static_shapes",
+    errors.StaticShapeViolation,
+    ("NCC_EMOD025",),
+    "compile with dynamic=False and pad variable dims to a few buckets (neuron_compile.bucketing)",
+    source="R6.1",
+)
 def check_static_shapes(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     """Every dimension static (NCC_EMOD025)."""
     for node in _nodes(gm):
@@ -130,8 +90,8 @@ _SIXTY_FOUR = {torch.int64: "int32", torch.float64: "float32"}
 
 def _dtype_violation(dtype: torch.dtype, ctx: Context) -> tuple[type, str, str] | None:
     name = str(dtype).removeprefix("torch.")
-    if dtype in _SIXTY_FOUR:
-        return None  # narrowed by the 64-bit policy (the int64 rule checks what reaches HLO)
+    if dtype in _SIXTY_FOUR or dtype == torch.uint64:
+        return None  # narrowed by the 64-bit policy, or not: the int64 rule checks the HLO
     if dtype.is_complex:
         return errors.DtypeViolation, "NCC_EVRF004", f"complex dtype {name}"
     if dtype in _FNUZ:
@@ -142,13 +102,19 @@ def _dtype_violation(dtype: torch.dtype, ctx: Context) -> tuple[type, str, str] 
             "NCC_EVRF051",
             f"{name} is not supported on {ctx.target.name} (trn3 and later)",
         )
-    if dtype == torch.uint64:
-        return errors.Int64Violation, "NCC_EVRF062", "uint64 has no 32-bit lowering"
     if name not in ctx.target.dtypes:
         return errors.DtypeViolation, "NCC_ESPP004", f"dtype {name} is unsupported for codegen"
     return None
 
 
+@legality_rule(
+    "dtypes",
+    errors.DtypeViolation,
+    ("NCC_EVRF004", "NCC_EVRF005", "NCC_EVRF051", "NCC_ESPP004"),
+    "cast to a supported dtype (float32/bfloat16/float16/float8_e5m2, int8..int32) "
+    "before the compiled region",
+    source="R6.2",
+)
 def check_dtypes(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     """dtypes the target supports: complex (EVRF004), FP8 FNUZ (EVRF005), F8E4M3FN before trn3
     (EVRF051), float4 / e8m0 and anything else (ESPP004)."""
@@ -168,6 +134,13 @@ _ATTR_DICT = re.compile(r"\{[^{}]*\}")
 _TYPE_64 = re.compile(r"tensor<(?:[0-9x?]*x)?(i64|ui64|f64)>")
 
 
+@legality_rule(
+    "int64",
+    errors.Int64Violation,
+    ("NCC_EVRF062", "NCC_ESFH002"),
+    "keep integer values within int32, or pass NEURON_CC_FLAGS=--native-int64=enabled",
+    source="R6.3",
+)
 def check_int64(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     """64-bit rules: int64/float64 run narrowed (the 64-bit policy), so (a) no 64-bit element
     type may remain in the module unless ``--native-int64=enabled`` on a capable target
@@ -210,61 +183,17 @@ def check_int64(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
             )
 
 
-_INT_DOT = {
-    aten.mm.default,
-    aten.bmm.default,
-    aten.addmm.default,
-    aten.baddbmm.default,
-    aten.dot.default,
-    aten.convolution.default,
-}
-_SCATTER_COMPUTE = {
-    aten.scatter_add.default,
-    aten.scatter_reduce.two,
-    aten.index_add.default,
-}
-
-
-def _downcast_allowed(ctx: Context, op: str) -> bool:
-    value = ctx.flag_value("--implicit-integer-downcast")
-    return value is not None and (value in ("all", "default") or op in value.split(","))
-
-
-def _is_int(t: torch.Tensor) -> bool:
-    return not (t.dtype.is_floating_point or t.dtype.is_complex)
-
-
-def check_integer_datapath(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
-    """Integer dot/conv (EVRF035) and scatter-with-compute (EVRF060) have no integer datapath:
-    neuronx-cc computes them in f32 (lossy above 2**24) or rejects them under
-    ``--implicit-integer-downcast=none`` (the announced future default)."""
-    for node in _nodes(gm, ("call_function",)):
-        ts = tensors_in(node.meta.get("val"))
-        if not ts or not _is_int(ts[0]):
-            continue
-        accumulate = node.target in (aten.index_put.default, aten._unsafe_index_put.default) and (
-            node.args[3] if len(node.args) > 3 else node.kwargs.get("accumulate", False)
-        )
-        if node.target in _INT_DOT and not _downcast_allowed(ctx, "dot"):
-            code, what = "NCC_EVRF035", "integer matmul/convolution"
-        elif (node.target in _SCATTER_COMPUTE or accumulate) and not _downcast_allowed(
-            ctx, "scatter"
-        ):
-            code, what = "NCC_EVRF060", "integer scatter with accumulation"
-        else:
-            continue
-        yield Violation(
-            "integer_datapath",
-            errors.IntegerDatapathViolation,
-            code,
-            f"%{node.name} is an {what} ({ts[0].dtype}), which has no integer datapath",
-            node,
-        )
-
-
 _CUSTOM_CALL = re.compile(r'stablehlo\.custom_call\s*@([\w.$\-]+)|call_target_name\s*=\s*"([^"]+)"')
 
 
+@legality_rule(
+    "custom_calls",
+    errors.CustomCallViolation,
+    ("NCC_EHCA005",),
+    "only neuronx-cc's built-in custom-call targets are accepted; this is a "
+    "lowering bug unless you registered the custom call yourself",
+    source="R6.5",
+)
 def check_custom_calls(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     """Only neuronx-cc's built-in custom-call targets (EHCA005 / EVRF015)."""
     for lineno, line in enumerate(lowered.text.splitlines(), 1):
@@ -305,7 +234,7 @@ def _static_range(node: object, gm: fx.GraphModule, depth: int = 0) -> tuple[int
         return None
     if node.op == "get_attr":
         const = getattr(gm, str(node.target), None)
-        if isinstance(const, torch.Tensor) and const.numel() and _is_int(const):
+        if isinstance(const, torch.Tensor) and const.numel() and is_integer_tensor(const):
             return _min_max(const)
         return None
     if node.op != "call_function":
@@ -338,6 +267,14 @@ _SCATTERS = {
 }
 
 
+@legality_rule(
+    "index_range",
+    errors.IndexRangeViolation,
+    ("NCC_EVRF056", "NCC_EVRF031"),
+    "the index is out of range of the indexed dim (e.g. a sequence longer than "
+    "the position-embedding table): shorten the input or grow the table",
+    source="R6.6",
+)
 def check_index_range(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     """Static gather/scatter indices (constants, ``arange``) within the indexed dim: EVRF056
     (gather; e.g. a sequence longer than the position-embedding table) and EVRF031 (scatter)."""
@@ -411,6 +348,13 @@ def estimate_hbm_bytes(gm: fx.GraphModule) -> tuple[int, fx.Node | None]:
     return max(peak, resident), at
 
 
+@legality_rule(
+    "hbm",
+    errors.HbmViolation,
+    ("NCC_EOOM001",),
+    "use a smaller bucket/batch, LNC=2, or shard the model",
+    source="R6.7",
+)
 def check_hbm(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     """Estimated HBM footprint within one logical core's HBM (EOOM001/002, EVRF009)."""
     need, at = estimate_hbm_bytes(gm)
@@ -451,6 +395,13 @@ def estimate_instructions(gm: fx.GraphModule, target: TrainiumTarget) -> int:
     return total
 
 
+@legality_rule(
+    "graph_size",
+    errors.GraphSizeViolation,
+    ("NCC_EBVF030",),
+    "split the graph (torch.compiler.disable a module boundary) or use smaller shapes",
+    source="R6.8",
+)
 def check_graph_size(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     """Graph-size proxy against the instruction limit (EBVF030 / EVRF007 / EXTP004)."""
     limit = ctx.target.max_instructions
@@ -471,6 +422,17 @@ _RNG_BIT_GENERATOR = re.compile(r"rng_bit_generator\b")
 _RNG_ALGORITHM = re.compile(r"algorithm\s*=\s*(?:#stablehlo<rng_algorithm\s*)?(\w+)")
 
 
+@legality_rule(
+    "rng_algorithm",
+    errors.RngAlgorithmViolation,
+    ("NCC_EVRF006",),
+    "neuronx-cc accepts only RNG_DEFAULT; neuron-compile's random ops use "
+    "in-module Threefry arithmetic instead (lowering/stablehlo/random.py), so this is a lowering "
+    "bug unless the module was written by hand",
+    rewrite="random ops compute Threefry-2x32 in ui32 arithmetic inside the module "
+    "(lowering/stablehlo/random.py), never RngBitGenerator",
+    source="R6.9",
+)
 def check_rng_algorithm(gm: fx.GraphModule, lowered: LoweredGraph, ctx: Context):
     """RngBitGenerator only with the default algorithm (EVRF006): THREE_FRY and PHILOX are
     rejected, in either the generic (``rng_algorithm = #stablehlo<rng_algorithm X>``) or the
@@ -499,10 +461,17 @@ RULES: tuple[Rule, ...] = (
     check_integer_datapath,
     check_custom_calls,
     check_rng_algorithm,
+    *legality_conv.RULES,
+    *legality_windows.RULES,
+    *legality_ops.RULES,
     check_index_range,
     check_hbm,
     check_graph_size,
 )
+
+
+#: Rule name -> hint shown with its error.
+HINTS = {info(rule).rule: info(rule).hint for rule in RULES}
 
 
 def find_violations(
@@ -527,7 +496,7 @@ def check_legality(
     flags: str = "",
     graph_name: str = "",
 ) -> None:
-    """Raise the first violation (NC501-NC509) of ``gm`` for ``target``; return if legal."""
+    """Raise the first violation (NC501-NC513) of ``gm`` for ``target``; return if legal."""
     found = find_violations(gm, lowered, target, lnc=lnc, flags=flags)
     if not found:
         return

@@ -23,6 +23,9 @@ from ..lowering.rules import FLOATS, dtypes_in
 from ..lowering.stablehlo.decomposed import lower_decomposed
 from ..warn_once import first_time, once_set
 from . import TRN_KEY
+from . import lowering_conv as _conv  # noqa: F401 - registers the trn forms of convolution
+from . import lowering_shifts as _shifts  # noqa: F401 - registers the trn forms of shifts
+from . import lowering_windows as _windows  # noqa: F401 - registers the trn forms of windows
 from .kernels.flash_attention import (
     FLASH_DTYPES,
     FLASH_KERNELS,

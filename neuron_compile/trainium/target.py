@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -145,10 +146,18 @@ class TrainiumTarget(Target):
         at = core.index(fold_permutes) + 1
         return core[:at] + (rewrite_neuron_calls,) + core[at:]
 
-    def frame_routing(self, cfg: NeuronConfig) -> contextlib.AbstractContextManager[Any]:
+    @contextlib.contextmanager
+    def frame_routing(self, cfg: NeuronConfig) -> Iterator[None]:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
         from .kernels.flash_attention import RoutingSdpa
 
-        return RoutingSdpa() if cfg.flash_attention else contextlib.nullcontext()
+        # SDPA calls not routed to the flash kernels take the math path (bmm + softmax), whose
+        # softmax the trn pattern pass turns into neuronx-cc's kernel; eager's CPU flash op would
+        # reach neuronx-cc as one opaque reference decomposition.
+        with sdpa_kernel(SDPBackend.MATH):
+            with RoutingSdpa() if cfg.flash_attention else contextlib.nullcontext():
+                yield
 
     def prepare_frame(self, gm: fx.GraphModule, cfg: NeuronConfig) -> None:
         if cfg.flash_attention:

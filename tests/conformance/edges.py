@@ -23,8 +23,9 @@ from typing import Any
 
 import torch
 
-from tests.conformance.harness import OpTimeout, Result, _time_limit, run_sample
+from tests.conformance.harness import Result, run_sample
 from tests.conformance.opinfo import load_op_db, scope_reason, select_ops
+from tests.conformance.outcomes import OpTimeout, _time_limit
 
 #: Outcomes an edge may have: it compiled and matched, it fell back, or it was not applicable.
 ACCEPTED = ("pass", "fallback", "skip", "xfail")

@@ -16,6 +16,9 @@ Each (op, variant, dtype, phase) gets one outcome:
 - ``mismatch``  numerics differ (max abs/rel error recorded). Outside tolerance of eager but as
                 close to eager run in float64 counts as a pass (noted); so do indices that order
                 equal values differently where the op allows it (sort with stable=False, topk, ...)
+- ``illegal``   a trn target's legality rules rejected a graph (``run.py --target trn2``): the
+                reason starts with our code, the neuronx-cc code it pre-empts and the rule name
+                (``NC511 NCC_EVRF019 reduce_window: ...``); never an xfail, never on cpu
 - ``error``     any other exception (type, first line, our NC code)
 - ``skip``      not applicable: no usable sample, eager itself raised, random/uninitialized or
                 seed-dependent output, out of scope (sparse/complex), Dynamo did not capture the op
@@ -28,8 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import signal
-import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -38,7 +39,6 @@ from typing import Any, NamedTuple
 import torch
 
 import neuron_compile
-from neuron_compile.errors import NeuronCompileError
 
 from .compare import compare, layout, leaves, to64
 from .opinfo import (
@@ -50,10 +50,22 @@ from .opinfo import (
     split_tensors,
     unordered_ties,
 )
+from .outcomes import (
+    _clear_fallbacks,
+    _fallback_detail,
+    _fell_back_ops,
+    _reraise_fatal,
+    _time_limit,
+    _time_limit_paused,
+    classify_exception,
+    first_line,
+)
 
-OUTCOMES = ("pass", "fallback", "xfail", "mismatch", "error", "skip")
-# When samples disagree, a phase reports its most severe sample outcome.
-_SEVERITY = {"error": 5, "mismatch": 4, "fallback": 3, "xfail": 2, "pass": 1, "skip": 0}
+OUTCOMES = ("pass", "fallback", "xfail", "mismatch", "illegal", "error", "skip")
+# When samples disagree, a phase reports its most severe sample outcome. A graph the target
+# rejects does not run there at all, so "illegal" outranks another sample's mismatch.
+_SEVERITY = {o: i for i, o in enumerate(("skip", "pass", "xfail", "fallback", "mismatch"))}
+_SEVERITY.update(illegal=5, error=6)
 REF_NOTE = "outside tolerance of eager but as close to the float64 reference"
 GRAD_LAYOUT_NOTE = (
     "grad strides as aot_eager's (AOTAutograd's backward, not eager's autograd formula)"
@@ -91,102 +103,7 @@ class Result:
         return row
 
 
-class OpTimeout(BaseException):
-    """The per-entry time budget ran out (a BaseException: no `except Exception` swallows it)."""
-
-
 # --------------------------------------------------------------------------- one sample
-
-
-def _fallback_api() -> tuple[Callable[[], Any] | None, Callable[[], Any] | None]:
-    return (
-        getattr(neuron_compile, "get_fallback_ops", None),
-        getattr(neuron_compile, "clear_fallback_ops", None),
-    )
-
-
-def _clear_fallbacks() -> None:
-    clear = _fallback_api()[1]
-    if clear is not None:
-        clear()
-
-
-def _fell_back_ops() -> list[str]:
-    """Ops ``neuron_compile.get_fallback_ops()`` saw run on the CPU since the last clear."""
-    get = _fallback_api()[0]
-    report = get() if get is not None else None
-    if not report:
-        return []
-    items = report if isinstance(report, dict) else [getattr(x, "op", x) for x in report]
-    return sorted({str(k) for k in items})
-
-
-def _split_detail(err: NeuronCompileError) -> str:
-    """``op: why; op: why`` from an NC101 error (every split reason when it carries them)."""
-    pairs = getattr(err, "split_reasons", None)
-    if not pairs:  # not about one op (e.g. a data-dependent number crossing into a region)
-        op, why = getattr(err, "op", None), getattr(err, "reason", None)
-        what = first_line(getattr(err, "what", None) or str(err))
-        return f"{op}: {first_line(why or what)}" if op else what
-    return "; ".join(dict.fromkeys(f"{p['op']}: {first_line(p['reason'] or '')}" for p in pairs))
-
-
-def _fallback_detail(rerun: Callable[[], Any], ops: list[str]) -> str:
-    """Why ``ops`` fell back: ``rerun`` compiles again with ``fallback="error"``, whose NC101
-    error lists every split reason. Falls back to the op names."""
-    try:
-        rerun()
-    except BaseException as e:
-        _reraise_fatal(e)
-        ours = next((x for x in _chain(e) if isinstance(x, NeuronCompileError)), None)
-        if ours is not None and ours.code == "NC101":
-            return "fell back: " + _split_detail(ours)
-    return "fell back: " + ", ".join(ops)
-
-
-_DYNAMO_WRAPPERS = ("BackendCompilerFailed", "InternalTorchDynamoError")
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = getattr(cur, "inner_exception", None) or cur.__cause__ or cur.__context__
-    return seen
-
-
-def _reraise_fatal(exc: BaseException) -> None:
-    """Timeouts and Ctrl-C end the entry even when Dynamo wrapped them in its own exceptions."""
-    for e in _chain(exc):
-        if isinstance(e, (OpTimeout, KeyboardInterrupt)):
-            raise e
-
-
-def first_line(text: str, limit: int = 160) -> str:
-    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def classify_exception(exc: BaseException, *, reached_backend: bool) -> tuple[str, str]:
-    """``(outcome, reason)`` for an exception raised by compiled code."""
-    chain = _chain(exc)
-    ours = next((e for e in chain if isinstance(e, NeuronCompileError)), None)
-    if ours is not None:
-        if ours.code == "NC101":
-            return "fallback", "unsupported: " + _split_detail(ours)
-        what = first_line(getattr(ours, "what", None) or str(ours))
-        where = f" ({ours.op})" if getattr(ours, "op", None) else ""
-        why = f": {first_line(ours.reason)}" if getattr(ours, "reason", None) else ""
-        return "error", f"{ours.code} {type(ours).__name__}: {what}{where}{why}"
-    timeout = next((e for e in chain if isinstance(e, OpTimeout)), None)
-    if timeout is not None:
-        return "error", f"OpTimeout: {timeout}"
-    if not reached_backend and not any(type(e).__name__ == "BackendCompilerFailed" for e in chain):
-        inner = chain[-1] if type(chain[0]).__name__ in _DYNAMO_WRAPPERS else chain[0]
-        return "skip", f"not captured by Dynamo: {type(inner).__name__}: {first_line(str(inner))}"
-    inner = next((e for e in chain if type(e).__name__ not in _DYNAMO_WRAPPERS), chain[-1])
-    return "error", f"{type(inner).__name__}: {first_line(str(inner))}"
 
 
 def _graphs() -> int:
@@ -214,10 +131,26 @@ def _observe(phase: str, value: Any) -> None:
         observer(phase, value)
 
 
+_TARGET: list[str | None] = [None]  # innermost ``compiling_for`` last; None: cpu
+
+
+@contextlib.contextmanager
+def compiling_for(target: str | None) -> Iterator[None]:
+    """Every ``backend="neuron"`` compile in the block gets ``options["target"] = target``
+    merged into the options it passes (``fallback="error"`` or none); None: as they are."""
+    _TARGET.append(target)
+    try:
+        yield
+    finally:
+        _TARGET.pop()
+
+
 def _run_compiled(
     fn: Callable, args: list[torch.Tensor], options: dict | None = None, backend: str = "neuron"
 ) -> Any:
     torch._dynamo.reset()
+    if backend == "neuron" and _TARGET[-1] is not None:
+        options = {**(options or {}), "target": _TARGET[-1]}
     kw = {"options": options} if options else {}
     compiled = torch.compile(fn, backend=backend, dynamic=False, fullgraph=True, **kw)
     return compiled(*args)
@@ -458,7 +391,8 @@ def _layouts_as(ours: Any, rerun: Callable[[], Any]) -> bool:
     ``tensordot``'s backward; bf16 ``max_unpool2d``), that is the layout any compiled backend
     returns and the one a later frame's guards were traced with."""
     try:
-        ref = rerun()
+        with _time_limit_paused():
+            ref = rerun()
     except BaseException as e:
         _reraise_fatal(e)
         return False
@@ -490,30 +424,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-@contextlib.contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """Raise ``OpTimeout`` after ``seconds`` (SIGALRM; main thread on POSIX only)."""
-    usable = (
-        seconds
-        and hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-    )
-    if not usable:
-        yield
-        return
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise OpTimeout(f"entry exceeded {seconds:g} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def _merge(results: list[Result]) -> Result:
     """One phase result from per-sample results: the most severe sample wins; errors of equal
     severity keep the first reason; the worst numeric error is reported."""
@@ -535,7 +445,8 @@ def run_entry(
     timeout: float | None = DEFAULT_TIMEOUT,
     expectations: list[dict[str, str]] | None = None,
 ) -> list[Result]:
-    """Results (one per phase) of ``op`` at ``dtype``. Never raises except KeyboardInterrupt."""
+    """Results (one per phase) of ``op`` at ``dtype`` (for the target of an enclosing
+    ``compiling_for``, else cpu). Never raises except KeyboardInterrupt."""
     name, variant, dt = op.name, op.variant_test_name, _dtype_name(dtype)
     backward = bool(op.supports_autograd) and dtype.is_floating_point
     out_of_scope = scope_reason(op)
@@ -560,7 +471,7 @@ def run_entry(
             continue
         if r.outcome in ("pass",):
             r.reason = "XPASS: listed in expectations.toml but passes"
-        elif r.outcome != "skip":
+        elif r.outcome not in ("skip", "illegal"):  # the expectations are the cpu target's
             r.reason = f"{xfail} [{r.outcome}: {r.reason}]"
             r.outcome = "xfail"
     return results

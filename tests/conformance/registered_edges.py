@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import torch
 
 from tests.conformance.compare import compare, leaves
-from tests.conformance.harness import _clear_fallbacks, _fell_back_ops, classify_exception
+from tests.conformance.outcomes import _clear_fallbacks, _fell_back_ops, classify_exception
 
 aten, prims = torch.ops.aten, torch.ops.prims
 
@@ -56,6 +56,12 @@ REACHED_BY: dict[str, str] = {
     "aten._native_batch_norm_legit_functional.default": "nn.functional.batch_norm (training)",
     "aten._native_batch_norm_legit_no_training.default": "nn.functional.batch_norm (eval)",
     "aten._trilinear.default": "nn.functional.bilinear",
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": (
+        "nn.functional.scaled_dot_product_attention (4-D inputs)"
+    ),
+    "aten._scaled_dot_product_flash_attention_for_cpu_backward.default": (
+        "nn.functional.scaled_dot_product_attention (4-D inputs, backward)"
+    ),
     "aten._unsafe_index_put.default": "index_put",
     "aten.index.Tensor": "index_put, take, __getitem__ samples",
     "aten.convolution.default": "nn.functional.conv1d/2d/3d, conv_transpose*",

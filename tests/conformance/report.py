@@ -86,7 +86,8 @@ class DtypeSummary:
     def as_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"dtype": self.dtype, "entries": self.total}
         d["attempted"] = self.attempted
-        d.update({o: self.counts[o] for o in OUTCOMES})
+        # "illegal" (a trn target's legality rules) only where it happens: cpu JSON as before
+        d.update({o: self.counts[o] for o in OUTCOMES if o != "illegal" or self.counts[o]})
         d["pass_rate"] = round(self.pass_rate, 4)
         for phase in ("forward", "backward"):
             passed, attempted = self.phase_rate(phase)
@@ -112,15 +113,23 @@ def summarize(results: list[Result]) -> dict[str, DtypeSummary]:
 _COLUMNS = ("entries", "skip", "attempted", "pass", "fallback", "xfail", "mismatch", "error")
 
 
+def _columns(summary: dict[str, DtypeSummary]) -> tuple[str, ...]:
+    """``_COLUMNS``, with ``illegal`` before ``error`` when a trn run has such entries."""
+    if not any(s.counts["illegal"] for s in summary.values()):
+        return _COLUMNS
+    return (*_COLUMNS[:-1], "illegal", _COLUMNS[-1])
+
+
 def format_table(summary: dict[str, DtypeSummary]) -> str:
     warm = any(s.warm for s in summary.values())
-    head = ["dtype", *_COLUMNS, "pass rate", "fwd pass", "bwd pass"] + (["warm same"] * warm)
+    columns = _columns(summary)
+    head = ["dtype", *columns, "pass rate", "fwd pass", "bwd pass"] + (["warm same"] * warm)
     rows = [head]
     for s in summary.values():
         d = s.as_dict()
         fwd, bwd = s.phase_rate("forward"), s.phase_rate("backward")
         rows.append(
-            [s.dtype, *(str(d[c]) for c in _COLUMNS), f"{100 * s.pass_rate:.1f}%"]
+            [s.dtype, *(str(d[c]) for c in columns), f"{100 * s.pass_rate:.1f}%"]
             + [f"{p}/{a}" for p, a in (fwd, bwd)]
             + ([s.warm_cell()] * warm)
         )
@@ -157,6 +166,8 @@ def gap_group(r: Result) -> str:
         return f"{r.phase} numerical mismatch ({kind})"
     if r.outcome == "xfail":
         return "expected failure: " + reason.split(" [", 1)[0]
+    if r.outcome == "illegal":  # "NC511 NCC_EVRF019 reduce_window: ..."
+        return reason.split(":", 1)[0]
     return _normalize(reason)[:160]
 
 
@@ -239,6 +250,8 @@ def _warm_section(results: list[Result]) -> list[str]:
 def markdown(results: list[Result], *, command: str, meta: dict[str, str]) -> str:
     summary = summarize(results)
     warm = any(s.warm for s in summary.values())
+    columns = _columns(summary)
+    illegal = " illegal |" if "illegal" in columns else ""
     lines = [
         "### OpInfo conformance (generated)",
         "",
@@ -252,14 +265,16 @@ def markdown(results: list[Result], *, command: str, meta: dict[str, str]) -> st
         "outputs, sparse/complex, not captured by Dynamo, eager itself raising) are not "
         "attempted.",
         "",
-        "| dtype | entries | skipped | attempted | pass | fallback | xfail | mismatch | error "
-        "| pass rate | forward pass | backward pass |" + (" warm same |" if warm else ""),
-        "|---|" + "---:|" * (12 if warm else 11),
+        "| dtype | entries | skipped | attempted | pass | fallback | xfail | mismatch |"
+        + illegal
+        + " error | pass rate | forward pass | backward pass |"
+        + (" warm same |" if warm else ""),
+        "|---|" + "---:|" * (len(columns) + 3 + warm),
     ]
     for s in summary.values():
         d = s.as_dict()
         (fp, fa), (bp, ba) = s.phase_rate("forward"), s.phase_rate("backward")
-        cells = [s.dtype, *(str(d[c]) for c in _COLUMNS), f"**{100 * s.pass_rate:.1f}%**"]
+        cells = [s.dtype, *(str(d[c]) for c in columns), f"**{100 * s.pass_rate:.1f}%**"]
         cells += [f"{fp}/{fa}", f"{bp}/{ba}"] + ([s.warm_cell()] if warm else [])
         lines.append("| " + " | ".join(cells) + " |")
     lines += _warm_section(results)
@@ -290,3 +305,94 @@ def markdown(results: list[Result], *, command: str, meta: dict[str, str]) -> st
             lines += [f"- {reason} ({len(ops)}): {_ops_list(ops, 8)}" for reason, ops in skipped]
             lines += ["", "</details>"]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- per legality rule
+
+FALLBACK_NOTE = (
+    "A legality rejection never becomes a fallback region: the partition decides which ops run "
+    "on the CPU from the reference lowering rules only, so a graph a trn rule rejects fails its "
+    "compile (illegal), and each fallback is an op the reference rules do not lower (no rule, "
+    "an unsupported dtype, a data-dependent shape)."
+)
+
+
+def entry_label(op: str, variant: str, dtype: str) -> str:
+    """``name[dtype]``, the name as ``--ops`` takes it (``op.variant``)."""
+    return f"{op}.{variant}[{dtype}]" if variant else f"{op}[{dtype}]"
+
+
+def rule_summary(results: list[Result], target: str | None = None) -> dict[str, Any]:
+    """What ``run.py --summary-json`` writes: per-dtype totals (entries by outcome), one row per
+    legality rule (``code`` NC5xx, ``ncc_code``, ``rule``) with the entries it rejects, and every
+    entry's outcome and reason, so two runs can be compared (``compare_summaries``).
+
+    An entry counts under the rule its compile raised first; the other neuronx-cc codes that
+    graph also violates (``[also ...]`` in the reason) are listed under ``also``."""
+    by_entry = entries(results)
+    totals: dict[str, dict[str, int]] = {}
+    for (_, _, dtype), r in by_entry.items():
+        counts = totals.setdefault(dtype, {o: 0 for o in OUTCOMES})
+        counts[r.outcome] += 1
+    rules: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for key, r in by_entry.items():
+        if r.outcome != "illegal":
+            continue
+        head, _, rest = r.reason.partition(": ")
+        code, ncc_code, rule = (head.split(" ", 2) + ["?", "?"])[:3]
+        row = rules.setdefault(
+            (code, ncc_code, rule),
+            {"code": code, "ncc_code": ncc_code, "rule": rule, "count": 0, "entries": []},
+        )
+        row["count"] += 1
+        row["entries"].append(entry_label(*key))
+        also = re.search(r"\[also ([^\]]*)\]$", rest)
+        for extra in also.group(1).split(", ") if also else []:
+            row.setdefault("also", {}).setdefault(extra, []).append(entry_label(*key))
+    ordered = sorted(rules.values(), key=lambda row: (-row["count"], row["ncc_code"]))
+    for row in ordered:
+        row["entries"].sort()
+    return {
+        "target": target or "cpu",
+        "totals": totals,
+        "rules": ordered,
+        "entries": {
+            entry_label(*k): {"outcome": r.outcome, "reason": r.reason}
+            for k, r in sorted(by_entry.items())
+        },
+    }
+
+
+def format_rule_summary(summary: dict[str, Any]) -> str:
+    """The per-rule text ``run.py`` prints for a trn target."""
+    lines = [f"Legality on {summary['target']} (entries each rule rejects; first violation):"]
+    if not summary["rules"]:
+        lines.append("  none: no entry was rejected")
+    for row in summary["rules"]:
+        lines.append(
+            f"  {row['ncc_code']:<13} {row['code']} {row['rule']:<18} {row['count']:>4}: "
+            + ", ".join(row["entries"])
+        )
+        for extra, names in sorted(row.get("also", {}).items()):
+            lines.append(f"  {'':13} also {extra} ({len(names)}): {', '.join(names)}")
+    for dtype, counts in summary["totals"].items():
+        shown = ("pass", "illegal", "fallback", "mismatch", "error", "xfail", "skip")
+        lines.append(
+            f"Totals ({dtype}, {sum(counts.values())} entries): "
+            + ", ".join(f"{o} {counts[o]}" for o in shown)
+        )
+    lines.append(FALLBACK_NOTE)
+    return "\n".join(lines)
+
+
+def compare_summaries(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """``name: before-outcome -> after-outcome (after's reason)`` for every entry both runs
+    attempted whose outcome differs (e.g. a cpu run against a trn2 run of the same tree)."""
+    lines = []
+    for name, now in after["entries"].items():
+        then = before["entries"].get(name)
+        if then is None or then["outcome"] == now["outcome"]:
+            continue
+        reason = f" ({now['reason']})" if now["reason"] else ""
+        lines.append(f"{name}: {then['outcome']} -> {now['outcome']}{reason}")
+    return lines

@@ -13,6 +13,15 @@ every stored frame loads; the report gains a warm column and the exit status is 
 difference::
 
     python -m tests.conformance.run --warm --csv conformance.csv --markdown coverage.md
+
+A trn target (``--target trn2``): every compile gets ``options={"target": "trn2"}``, so each
+graph is lowered with the trn forms and checked by the legality rules (without neuronx-cc it then
+runs on XLA CPU and is compared with eager as usual). An entry whose graph a rule rejects is
+``illegal``, its reason led by our code, the neuronx-cc code and the rule; the run prints how
+many entries each rule rejects, and ``--summary-json`` writes that and every entry's outcome,
+which ``--baseline`` (another run's summary JSON, e.g. the cpu sweep's) compares against::
+
+    python -m tests.conformance.run --target trn2 --summary-json trn2.json --baseline cpu.json
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from pathlib import Path
 
 import jax
 import torch
+
+from neuron_compile.targets import target_names
 
 from . import harness, opinfo, promotion, report, warm
 
@@ -73,6 +84,21 @@ def main(argv: list[str] | None = None) -> int:
         "e.g. docs/conformance.md",
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--target",
+        help="compile for this target (e.g. trn2: trn forms and legality rules, run on XLA CPU "
+        "without neuronx-cc); default cpu, the options as they are",
+    )
+    p.add_argument(
+        "--summary-json",
+        type=Path,
+        help="write the totals, the entries each legality rule rejects and every entry's outcome",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        help="another run's --summary-json: print every entry whose outcome differs from it",
+    )
     p.add_argument("--expectations", type=Path, default=opinfo.EXPECTATIONS)
     p.add_argument(
         "--from-csv", type=Path, nargs="+", help="summarize earlier runs' CSVs instead of running"
@@ -100,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--probe-start", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.target is not None and args.target not in target_names():
+        p.error(f"unknown target {args.target!r}; choose from {', '.join(target_names())}")
+    if args.target is not None and args.doc:
+        p.error("--doc rewrites the cpu sweep's section of the docs; use --markdown with --target")
     if not args.verbose:
         _quiet_torch_logs()
 
@@ -129,31 +159,34 @@ def main(argv: list[str] | None = None) -> int:
         ops = ops[: args.limit] if args.limit else ops
         expectations = opinfo.load_expectations(args.expectations)
         if args.probe_out:
-            warm.probe_sweep(
-                warm.work_list(ops, dtypes),
-                args.probe_out,
-                start=args.probe_start,
-                progress=_progress(not args.quiet),
-                samples=args.samples,
-                timeout=args.timeout,
-                expectations=expectations,
-            )
+            with harness.compiling_for(args.target):
+                warm.probe_sweep(
+                    warm.work_list(ops, dtypes),
+                    args.probe_out,
+                    start=args.probe_start,
+                    progress=_progress(not args.quiet),
+                    samples=args.samples,
+                    timeout=args.timeout,
+                    expectations=expectations,
+                )
             return 0
         results = []
         csv_file = open(args.csv, "w", newline="") if args.csv else None  # noqa: SIM115
         writer = report.CsvWriter(csv_file) if csv_file else None
         try:
-            for r in harness.run_sweep(
+            sweep = harness.run_sweep(
                 ops,
                 dtypes,
                 samples=args.samples,
                 timeout=args.timeout,
                 expectations=expectations,
                 progress=_progress(not args.quiet),
-            ):
-                results.append(r)
-                if writer:
-                    writer.write(r)
+            )
+            with harness.compiling_for(args.target):  # the generator compiles as it is read
+                for r in sweep:
+                    results.append(r)
+                    if writer:
+                        writer.write(r)
         finally:
             if csv_file:
                 csv_file.close()
@@ -167,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{len(results)} rows in {elapsed:.0f} s")
     if warm_run is not None and not args.json:
         print("\n" + report.warm_text(warm_run.counts(), warm_run.failures(), _seconds(warm_run)))
+    _target_report(args, results)
     warm_flag = " --warm" if args.warm else ""
     if args.csv and warm_run is not None:  # the children's rows, now with the warm column
         with open(args.csv, "w", newline="") as f:
@@ -176,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         dtypes = ",".join(dict.fromkeys(r.dtype for r in results))
         command = f"python -m tests.conformance.run --dtypes {dtypes}{warm_flag}"
+        command += f" --target {args.target}" if args.target else ""
         command += " --markdown coverage.md"
         if args.samples != harness.DEFAULT_SAMPLES:
             command += f" --samples {args.samples}"
@@ -197,12 +232,27 @@ def _cold_then_warm(args: argparse.Namespace) -> warm.WarmRun:
     child += ["--ops", args.ops] if args.ops else []
     child += ["--limit", str(args.limit)] if args.limit else []
     child += ["--verbose"] if args.verbose else []
+    child += ["--target", args.target] if args.target else []
     progress = _progress(not args.quiet)
     if args.cache_root is not None:
         args.cache_root.mkdir(parents=True, exist_ok=True)
         return warm.run_cold_warm(child, args.cache_root, progress=progress)
     with tempfile.TemporaryDirectory(prefix="conformance-warm-") as tmp:
         return warm.run_cold_warm(child, Path(tmp), progress=progress)
+
+
+def _target_report(args: argparse.Namespace, results: list[harness.Result]) -> None:
+    """The per-rule summary (printed for a trn target), ``--summary-json``, ``--baseline``."""
+    summary = report.rule_summary(results, args.target)
+    if args.target not in (None, "cpu") and not args.json:
+        print("\n" + report.format_rule_summary(summary))
+    if args.summary_json:
+        args.summary_json.write_text(json.dumps(summary, indent=1) + "\n")
+    if args.baseline:
+        before = json.loads(args.baseline.read_text())
+        changed = report.compare_summaries(before, summary)
+        print(f"\n{len(changed)} entries differ from {args.baseline} ({before['target']}):")
+        print("\n".join(f"  {line}" for line in changed))
 
 
 def _seconds(run: warm.WarmRun) -> dict[str, float]:

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.conformance import opinfo, report
 from tests.conformance.harness import Result, entry_outcome, run_entry
@@ -124,13 +125,21 @@ def test_a_layout_as_inductors_passes_with_its_note():
     assert (backward.outcome, backward.reason) == ("pass", INDUCTOR_LAYOUT_NOTE)
 
 
-def test_a_layout_no_pytorch_backend_shares_is_a_mismatch():
-    """SDPA's grads: eager and Inductor take the CPU flash kernel's (B, L, H, D) layout; we trace
-    the math path. Neither layout rule excuses that."""
-    results = run_entry(_op_db()["nn.functional.scaled_dot_product_attention"], torch.float32)
-    backward = _phase(results, "backward")
-    assert backward.outcome == "mismatch"
-    assert "strides" in backward.reason
+def test_a_layout_no_pytorch_backend_shares_is_a_mismatch(monkeypatch):
+    """A backend that returned contiguous outputs where eager keeps the input's layout (ours
+    before it restrided outputs) is caught: neither aot_eager nor Inductor excuses it."""
+    from neuron_compile import compiled_graph
+
+    assemble = compiled_graph._OutputPlan.assemble
+
+    def contiguous_outputs(plan, results, inputs):
+        plan.restrides = []
+        return assemble(plan, results, inputs)
+
+    monkeypatch.setattr(compiled_graph._OutputPlan, "assemble", contiguous_outputs)
+    op = _opinfo("test_permuted_gelu", lambda x: F.gelu(x) * 2.0, _permuted)
+    forward = _phase(run_entry(op, torch.float32), "forward")
+    assert forward.outcome == "mismatch" and "strides" in forward.reason, forward
 
 
 def _opinfo(name, fn, sample_fn, **kw):
@@ -146,6 +155,13 @@ def _one_matrix(op, device, dtype, requires_grad, **kwargs):
 
     t = torch.randn(4, 4, dtype=dtype, device=device)
     yield SampleInput((t @ t.T).requires_grad_(requires_grad), kwargs={"UPLO": "L"})
+
+
+def _permuted(op, device, dtype, requires_grad, **kwargs):
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    x = torch.randn(2, 64, 32, dtype=dtype, device=device).permute(0, 2, 1)
+    yield SampleInput(x.requires_grad_(requires_grad))
 
 
 def _one_vector(op, device, dtype, requires_grad, **kwargs):

@@ -33,7 +33,7 @@ import torch
 
 from tests.helpers import CacheProbe, cache_env, tensor_digest, warm_cache_problems
 
-from . import harness
+from . import harness, outcomes
 from .harness import Result
 from .opinfo import full_name
 
@@ -229,7 +229,7 @@ def compare_entry(cold: dict[str, Any], warm: dict[str, Any]) -> list[str]:
             phase = c["phase"]
             if "outcome" in changed:
                 problems.append(
-                    f"{phase} {c['outcome']} -> {w['outcome']}: {harness.first_line(w['reason'])}"
+                    f"{phase} {c['outcome']} -> {w['outcome']}: {outcomes.first_line(w['reason'])}"
                 )
             else:
                 problems.append(f"{phase} {', '.join(changed)} changed: {c} -> {w}")

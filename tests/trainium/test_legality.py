@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from neuron_compile import artifact, errors
@@ -219,3 +220,37 @@ def test_constant_index_tensors_are_read_outside_fake_mode(no_neuronx_cc):
 
     with pytest.raises(Exception, match="NC506"):
         torch.compile(g, backend="neuron", options={"target": "trn2"})(torch.ones(3, 2))
+
+
+def test_counting_decompositions_are_legal_and_exact_on_trn2():
+    """embedding_bag's bag ids and segment_reduce's segment ids count with a float32 scatter-add
+    (decompositions/counting.py): no integer scatter-add reaches trn2 (NCC_EVRF060), and the
+    results are eager's."""
+    weight = torch.randn(10, 3, requires_grad=True)
+    idx, offsets = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9]), torch.tensor([0, 3, 3, 8])
+    data, lengths = torch.randn(6, 2, requires_grad=True), torch.tensor([2, 0, 3, 1])
+
+    def bags(w):
+        return F.embedding_bag(idx, w, offsets, mode="mean")
+
+    def segments(d):
+        return torch.segment_reduce(d, "max", lengths=lengths, unsafe=True)
+
+    for fn, x in ((bags, weight), (segments, data)):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="neuron", options={"target": "trn2"})
+        out = compiled(x)
+        (grad,) = torch.autograd.grad(out.sum(), x)
+        expected = fn(x)
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(grad, torch.autograd.grad(expected.sum(), x)[0])
+
+
+def test_scatter_count_counts_as_an_integer_scatter_add():
+    from neuron_compile.decompositions.counting import scatter_count
+
+    index = torch.randint(0, 5, (3, 40))
+    hits = torch.rand(3, 40) > 0.3
+    expected = torch.zeros(3, 5, dtype=torch.int64).scatter_add(1, index, hits.long())
+    counted = scatter_count((3, 5), 1, index, hits)
+    assert counted.dtype == torch.int64 and torch.equal(counted, expected)

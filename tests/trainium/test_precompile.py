@@ -137,7 +137,9 @@ def test_train_gpt_bucketed_precompile_then_cache_only(double, tmp_path):
         capture_output=True,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "NEURON_COMPILE_CACHE_ONLY": "1"},
+        # The same target as the precompile: the cpu target traces SDPA as eager's CPU kernel
+        # (its graphs are not trn2's).
+        env={**os.environ, "NEURON_COMPILE_CACHE_ONLY": "1", "NEURON_COMPILE_TARGET": "trn2"},
         timeout=600,
     )
     assert check.returncode == 0, check.stderr[-3000:]

@@ -3,6 +3,7 @@
 from . import (  # noqa: F401
     activations,
     adaptive_pool,
+    attention,
     batch_norm,
     bessel,
     conv,

@@ -20,7 +20,7 @@ trn targets still reject them in legality (NCC_EVRF035); XLA CPU runs this rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -135,13 +135,19 @@ def conv_transpose_rhs(
     )  # fmt: skip
 
 
+#: A function with ``conv_transpose_lhs``'s signature and result (grad_input, a transposed
+#: convolution): a target whose compiler rejects that form (trn: input with kernel dilation,
+#: NCC_EVRF010) passes an equivalent of its own to ``lower_convolution(_backward)``.
+TransposeLhs = Callable[..., Value]
+
+
 def _batched(ctx: LoweringContext, x: Value, w: Value) -> Value:
     """Unbatched inputs (C, *S) gain a leading batch dim of 1."""
     return ctx.emit.reshape(x, [1, *x.shape]) if x.rank == w.rank - 1 else x
 
 
 @lowering(aten.convolution.default, supports=floats_and_ints)
-def _lower_convolution(
+def lower_convolution(
     ctx: LoweringContext,
     x: Value,
     w: Value,
@@ -152,6 +158,8 @@ def _lower_convolution(
     transposed: bool,
     output_padding: Sequence[int],
     groups: int,
+    *,
+    transpose_lhs: TransposeLhs = conv_transpose_lhs,
 ) -> Value:
     e = ctx.emit
     n = w.rank - 2
@@ -161,7 +169,7 @@ def _lower_convolution(
     w = e.convert(w, xb.dtype)
     out_spatial = list(out.shape[-n:])
     if transposed:  # output_padding is already part of the output shape
-        y = conv_transpose_lhs(ctx, xb, w, out_spatial, stride, padding, dilation, groups)
+        y = transpose_lhs(ctx, xb, w, out_spatial, stride, padding, dilation, groups)
     else:
         y = conv_forward(ctx, xb, w, out_spatial, stride, padding, dilation, groups)
     if bias is not None:
@@ -171,7 +179,7 @@ def _lower_convolution(
 
 
 @lowering(aten.convolution_backward.default, supports=floats)
-def _lower_convolution_backward(
+def lower_convolution_backward(
     ctx: LoweringContext,
     grad_out: Value,
     x: Value,
@@ -184,6 +192,8 @@ def _lower_convolution_backward(
     output_padding: Sequence[int],
     groups: int,
     output_mask: Sequence[bool],
+    *,
+    transpose_lhs: TransposeLhs = conv_transpose_lhs,
 ) -> tuple[Value | None, Value | None, Value | None]:
     """Returns ``None`` for outputs masked off by ``output_mask`` (their meta val is None too)."""
     e = ctx.emit
@@ -198,7 +208,7 @@ def _lower_convolution_backward(
         if transposed:  # a transposed conv's input adjoint is the regular convolution
             gi = conv_forward(ctx, gb, wc, spatial, stride, padding, dilation, groups)
         else:
-            gi = conv_transpose_lhs(ctx, gb, wc, spatial, stride, padding, dilation, groups)
+            gi = transpose_lhs(ctx, gb, wc, spatial, stride, padding, dilation, groups)
         out = ctx.out_type(0)
         grad_input = e.convert(e.reshape(gi, out.shape), out.dtype)
     if output_mask[1]:

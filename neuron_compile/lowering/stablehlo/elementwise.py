@@ -438,8 +438,14 @@ def _lower_left_shift(ctx: LoweringContext, a, b) -> Value:
     supports=dtypes_in(*INTS),
 )
 def _lower_right_shift(ctx: LoweringContext, a, b) -> Value:
-    """Arithmetic shift for signed types, logical for uint8 (as C++ ``>>``)."""
     a, b = ctx.promote(a, b, dtype=ctx.out_dtype)
+    return right_shift(ctx, a, b)
+
+
+def right_shift(ctx: LoweringContext, a: Value, b: Value) -> Value:
+    """``a >> b`` for operands of one integer dtype: arithmetic for signed types, logical for
+    unsigned (as C++ ``>>``). StableHLO fills with the sign (or zeros) for counts outside
+    ``[0, bits)``, as eager does (the trn form in ``trainium/lowering_shifts.py`` relies on it)."""
     hlo = "shift_right_logical" if is_unsigned(a.dtype) else "shift_right_arithmetic"
     return ctx.emit.binary(hlo, a, b)
 

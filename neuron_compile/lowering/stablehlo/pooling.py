@@ -5,6 +5,8 @@ backward ops.
   eager PyTorch's choice: the larger value, ties to the smaller ``h * W + w`` index, and NaN wins
   (the last NaN in scan order, as the CPU kernel's ``val > max || isnan(val)`` loop does). Its
   backward scatter-adds grad_output at the saved indices, which is exact w.r.t. those ties.
+  neuronx-cc rejects that reduce_window (variadic, window-dilated): the trn form, in
+  ``trainium/lowering_windows.py``, reduces stacked window taps with the same combiner.
 * average pooling is a ``reduce_window`` sum divided by torch's per-window divisor (a constant
   computed here, so ``ceil_mode`` / ``count_include_pad`` / ``divisor_override`` all agree with
   eager); its backward is the transposed window sum (interior/edge ``pad`` + ``reduce_window``).
@@ -116,6 +118,34 @@ def plane_index(ctx: LoweringContext, x: Value, n: int = 2) -> Value:
     return flat
 
 
+def max_pool_window(
+    ctx: LoweringContext,
+    x: Value,
+    kernel_size: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> tuple[list[int], list[int], list[int], list[tuple[int, int]]]:
+    """(kernel, stride, dilation) over the pooled dims of ``ctx.node`` (a max pool with indices),
+    and the (low, high) padding of every dim of ``x`` that yields exactly its output's windows."""
+    n = _spatial(ctx.node)
+    kernel = _pair(kernel_size, (), n)
+    stride, padding, dilation = (
+        _pair(stride, kernel, n),
+        _pair(padding, [0] * n, n),
+        _pair(dilation, [1] * n, n),
+    )
+    pads = _padding(x, ctx.out_type(0).shape[-n:], kernel, stride, padding, dilation)
+    return kernel, stride, dilation, pads
+
+
+def max_pool_inits(ctx: LoweringContext, dtype: torch.dtype) -> list[Value]:
+    """Init (and padding) pair of a max pool's (value, index) reduction: the dtype's lowest value
+    with an index past every real one, so it never wins."""
+    e = ctx.emit
+    return [e.scalar(minmax_init(dtype, True), dtype), e.scalar(2**31 - 1, torch.int32)]
+
+
 @lowering(
     aten.max_pool2d_with_indices.default,
     aten.max_pool3d_with_indices.default,
@@ -131,20 +161,11 @@ def _lower_max_pool_with_indices(
     ceil_mode: bool = False,
 ) -> tuple[Value, Value]:
     e = ctx.emit
-    n = _spatial(ctx.node)
-    kernel = _pair(kernel_size, (), n)
-    stride, padding, dilation = (
-        _pair(stride, kernel, n),
-        _pair(padding, [0] * n, n),
-        _pair(dilation, [1] * n, n),
-    )
-    out_hw = ctx.out_type(0).shape[-n:]
+    kernel, stride, dilation, pads = max_pool_window(ctx, x, kernel_size, stride, padding, dilation)
     window, strides, dilations = _window(x, kernel, stride, dilation)
-    pads = _padding(x, out_hw, kernel, stride, padding, dilation)
-    # Padding takes the init values: -inf with an index past every real one, so it never wins.
-    inits = [e.scalar(minmax_init(x.dtype, True), x.dtype), e.scalar(2**31 - 1, torch.int32)]
+    inits = max_pool_inits(ctx, x.dtype)
     values, indices = e.reduce_window(
-        [x, plane_index(ctx, x, n)], inits, window, strides, pads,
+        [x, plane_index(ctx, x, len(kernel))], inits, window, strides, pads,
         lambda av, ai, bv, bi: max_with_index(ctx, av, ai, bv, bi), window_dilations=dilations,
     )  # fmt: skip
     return values, e.convert(indices, ctx.out_type(1).dtype)
