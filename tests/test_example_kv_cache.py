@@ -100,3 +100,28 @@ def test_compiled_prefill_writes_the_same_cache_as_eager(gpt):
     assert len(cache) == 2 * CFG.n_layer and cache[0].shape == (2, 2, 24, 16)
     for c, r in zip(cache, ref_cache, strict=True):
         torch.testing.assert_close(c, r, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", ["trn2", "trn3"])
+@pytest.mark.filterwarnings("ignore::neuron_compile.compiler.DowncastWarning")
+@pytest.mark.filterwarnings("ignore:neuron-compile. target trn. without neuronx-cc")
+def test_prefill_and_decode_graphs_are_legal_for_trn(gpt, monkeypatch, target):
+    """Every graph passes the trn legality rules (a violation raises), and the tokens are the
+    cpu target's."""
+    from neuron_compile.trainium import legality
+
+    checked = []
+    check = legality.check_legality
+
+    def spy(gm, lowered, target_, **kw):
+        checked.append(target_.name)
+        return check(gm, lowered, target_, **kw)
+
+    monkeypatch.setattr(legality, "check_legality", spy)
+    monkeypatch.setenv("NEURON_COMPILE_TARGET", target)
+    torch._dynamo.reset()
+    out = run([3, 9], 4, [8, 16], CFG, gpt=gpt)
+    assert len(out["graphs"]) == 3 and not any(r.fallback_ops for r in out["graphs"])
+    assert checked == [target] * 3
+    for got, eager in zip(out["compiled"], out["eager"], strict=True):
+        assert torch.equal(got, eager)

@@ -54,6 +54,8 @@ import torch.fx as fx
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from ...lowering.stablehlo.attention import attention_backward, attention_forward
+
 log = logging.getLogger(__name__)
 
 #: Kernels neuronx-cc bundles (NKI samples ``flash_fwd`` / ``flash_attn_bwd``), bound on trn
@@ -68,22 +70,12 @@ MAX_HEAD_DIM = 128
 FLASH_DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _scores(q: Tensor, k: Tensor, is_causal: bool, scale: float) -> Tensor:
-    s = (q.float() @ k.float().transpose(-2, -1)) * scale
-    if is_causal:  # top-left aligned, as F.scaled_dot_product_attention's is_causal
-        keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        s = s.masked_fill(~keep, float("-inf"))
-    return s
-
-
 def attention_reference(
     q: Tensor, k: Tensor, v: Tensor, is_causal: bool, scale: float
 ) -> tuple[Tensor, Tensor]:
-    """``(out, lse)``: attention output in ``q``'s dtype and the float32 row log-sum-exp."""
-    s = _scores(q, k, is_causal, scale)
-    lse = torch.logsumexp(s, dim=-1)
-    out = torch.exp(s - lse.unsqueeze(-1)) @ v.float()
-    return out.to(q.dtype), lse
+    """``(out, lse)``: attention output in ``q``'s dtype and the float32 row log-sum-exp, as the
+    core lowers eager's CPU flash op (``lowering/stablehlo/attention.py``)."""
+    return attention_forward(q, k, v, is_causal, scale)
 
 
 def attention_backward_reference(
@@ -97,15 +89,7 @@ def attention_backward_reference(
     scale: float,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` from the saved ``out`` and ``lse`` (FlashAttention-2's backward)."""
-    p = torch.exp(_scores(q, k, is_causal, scale) - lse.unsqueeze(-1))
-    do = dout.float()
-    dv = p.transpose(-2, -1) @ do
-    dp = do @ v.float().transpose(-2, -1)
-    delta = (do * out.float()).sum(-1, keepdim=True)
-    ds = p * (dp - delta)
-    dq = (ds @ k.float()) * scale
-    dk = (ds.transpose(-2, -1) @ q.float()) * scale
-    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+    return attention_backward(dout, q, k, v, out, lse, is_causal, scale)
 
 
 @torch.library.custom_op("neuron_compile::flash_attention", mutates_args=())
