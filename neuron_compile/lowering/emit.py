@@ -78,8 +78,9 @@ class Emitter:
         self._counter = 0
         self._blocks: list[list[str]] = [[]]
         self.args: list[Value] = []
-        #: emitted body line index -> FX node being lowered when it was emitted (for error reports)
-        self.line_nodes: dict[int, fx.Node | None] = {}  # first body line of each op -> node
+        #: first body text line of each top-level op -> the FX node being lowered when it was
+        #: emitted (for error reports); ``body_lines`` counts the body's text lines so far
+        self.line_nodes: dict[int, fx.Node | None] = {}
         self.body_lines = 0
         self.current_node: fx.Node | None = None
 
