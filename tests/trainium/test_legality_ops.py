@@ -269,7 +269,7 @@ def _kernel(x, w):
     raise AssertionError("an NKI kernel is never called off-device")
 
 
-_KERNEL_OP = neuron_compile.nki_op("legalityops::scale", reference=_reference)(_kernel)
+_KERNEL_OP = neuron_compile.nki_op("nkitest::legality_scale", reference=_reference)(_kernel)
 
 
 @pytest.fixture
@@ -326,7 +326,7 @@ def test_missing_artifact_through_torch_compile_names_node_and_user_line(
     err = _root_cause(info.value)
     assert isinstance(err, errors.KernelArtifactViolation), repr(info.value)
     assert err.code == "NC513" and err.ncc_code == "NCC_EVRF059" and err.rule == "kernel_artifacts"
-    assert err.node_name == "scale" and traced_artifacts[0] in str(err)
+    assert err.node_name == "legality_scale" and traced_artifacts[0] in str(err)
     assert "test_legality_ops.py" in err.where and "_KERNEL_OP(x, w).relu()" in err.source
 
 
