@@ -14,7 +14,6 @@ import logging
 import re
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +37,7 @@ from .shapes import (
     symbolic_dims,
 )
 from .targets import get_target
+from .warn_once import warn
 
 log = logging.getLogger("neuron_compile")
 
@@ -51,7 +51,7 @@ def _warn_once(key: str, message: str) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(message, UserWarning, stacklevel=3)
+    warn(message, UserWarning, stacklevel=3)
 
 
 def _frame_owner() -> tuple[str, torch.nn.Module | None]:
@@ -247,7 +247,7 @@ def _run_nested_eagerly(
         raise DynamicShapeError(
             f"{model}: {what}", reason="Trainium graphs need every dimension static", hint=hint
         )
-    warnings.warn(
+    warn(
         f"neuron-compile: {model} runs eagerly on the CPU: {what} has no static shape; {hint}",
         FallbackWarning,
         stacklevel=2,

@@ -13,16 +13,14 @@ from __future__ import annotations
 import logging
 import re
 import time
-import warnings
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch.fx as fx
 
 from . import artifact as artifact_mod
-from . import dump as _dump  # noqa: F401  (writes NEURON_COMPILE_DUMP_DIR: RegionCompiled)
+from . import dump as _dump  # also subscribes: writes NEURON_COMPILE_DUMP_DIR on RegionCompiled
 from . import events
 from .cache import executable_cache
 from .cache.binding import ARTIFACT_FILE, EXECUTABLE_FILE, INDEX_FILE, MODULE_FILE
@@ -37,6 +35,7 @@ from .cache.key import CacheKey, executable_key, graph_key
 from .cache.manifest import entry_path, is_local_only
 from .cache.store import DiskCache
 from .cache.tiers import disk_cache
+from .collectives import graph_replica_groups
 from .compiled_graph import CompiledGraph
 from .config import NeuronConfig
 from .errors import (
@@ -56,6 +55,7 @@ from .passes import pipeline_for, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
 from .saved import META_KEY
 from .targets import CompileJob, get_target
+from .warn_once import warn
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def _warn_downcasts(name: str, downcasts: list[str], cfg: NeuronConfig) -> None:
         parts.append(
             f"int64 inputs as int32 ({'; '.join(ints)}; values outside +-2**31 would wrap)"
         )
-    warnings.warn(
+    warn(
         f"neuron-compile: graph {name} runs {' and '.join(parts)}; "
         "set options={'sixty_four_bit': 'error'} to make this an error",
         DowncastWarning,
@@ -150,7 +150,7 @@ def compile_graph(
         # caller already computed it (aot_cache.defer), so it is not hashed twice.
         fx_key, indexed = _index_lookup(gm, cfg, name, fx_key)
         if indexed is None:
-            dump_to = Path(cfg.dump_dir) / name / "passes" if cfg.dump_dir else None
+            dump_to = _dump.dump_path(cfg, name, "passes")
             # No recompile: lowering reads the graph; the rare paths that run or print gm do it.
             run_pipeline(gm, pipeline_for(cfg.target), dump_to=dump_to, recompile=False)
             record.passes_s = time.perf_counter() - t0
@@ -236,7 +236,7 @@ def _compile_with_fallback(
             "or rewrite the model to avoid the op",
             split_reasons=[r.as_dict() for r in reasons],
         )
-    warnings.warn(
+    warn(
         f"neuron-compile: graph {name} runs {len(reasons)} op(s) eagerly on the CPU: "
         f"{summarize(reasons)}. Each fallback splits the graph and costs a device round trip; "
         "options={'fallback': 'error'} makes this an error.",
@@ -321,6 +321,7 @@ def _executable(
     disk: DiskCache | None,
     form: str = "portable",
     module_text: str | None = None,
+    replicas: int = 1,
 ) -> XlaCpuExecutable:
     """The XLA CPU executable of ``art``: this host's disk entry, or compiled (and stored).
 
@@ -333,12 +334,12 @@ def _executable(
     compiling, ``art`` must be its serialization (raises ``UnboundArtifact``), so an entry whose
     artifact was swapped under a genuine module is never compiled, let alone stored.
     """
-    exe_key = executable_key(key, "xla_cpu", art)
+    exe_key = executable_key(key, "xla_cpu", art, replicas)
     digest = exe_key.digest()
     entry = disk.get(digest) if disk is not None else None
     if entry is not None and is_local_only(entry.manifest):
         try:
-            return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE))
+            return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE), replicas=replicas)
         except Exception as e:  # an executable this jaxlib cannot load: rebuild it
             log.warning("graph %s: cached executable unusable (%s); recompiling", name, e)
     if module_text is not None:  # the artifact is about to run: it must be the module's
@@ -352,7 +353,7 @@ def _executable(
             raise UnboundArtifact(f"the artifact of graph {name} is not built from its module")
     t = time.perf_counter()
     try:
-        exe = XlaCpuExecutable(artifact_mod.executable_input(art, form))
+        exe = XlaCpuExecutable(artifact_mod.executable_input(art, form), replicas=replicas)
     except Exception as e:
         raise ExecutorError(
             f"XLA CPU failed to compile graph {name}: {type(e).__name__}: {e}", hint=BUG_HINT
@@ -387,8 +388,9 @@ def _bound_executable(
 ) -> tuple[bytes, XlaCpuExecutable]:
     """``(artifact, executable)``; a cached artifact that is not its module's serialization is
     quarantined and rebuilt here (not re-read: the remote tier may hold the same forgery)."""
+    replicas = lowered.num_replicas
     try:
-        return art, _executable(art, key, name, disk, cfg.artifact, module_text)
+        return art, _executable(art, key, name, disk, cfg.artifact, module_text, replicas)
     except UnboundArtifact as e:
         assert disk is not None
         digest = key.digest()
@@ -401,7 +403,7 @@ def _bound_executable(
             graph_name=cache_name(name),
             components=key.components(),
         )
-        return art, _executable(art, key, name, disk, cfg.artifact)
+        return art, _executable(art, key, name, disk, cfg.artifact, replicas=replicas)
 
 
 def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:
@@ -409,12 +411,15 @@ def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:
         lowered.text,
         io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
         artifact_form=cfg.artifact,
+        replica_groups=[c.replica_groups for c in lowered.collectives],
     )
 
 
 def fx_index_key(gm: fx.GraphModule, cfg: NeuronConfig) -> str | None:
     """The FX index key (cache/fx_index.py) of ``gm`` as AOTAutograd handed it over."""
-    return index_key(gm, cfg.artifact, {"sixty_four_bit": cfg.sixty_four_bit})
+    # Group names are per-process handles: the groups they stand for this time enter the key.
+    extra = {"sixty_four_bit": cfg.sixty_four_bit, "replica_groups": graph_replica_groups(gm)}
+    return index_key(gm, cfg.artifact, extra)
 
 
 def _index_lookup(
@@ -497,6 +502,8 @@ def _compile_region(
     if indexed is None:
         events.publish(events.GraphLowered(record.name, name, kind, gm, lowered))
     record.downcasts += lowered.downcasts
+    for collective in lowered.collectives:
+        record.collectives[collective.op] = record.collectives.get(collective.op, 0) + 1
     record.cache_key = key.digest()
     if cfg.estimate != "off":  # roofline device time, summed over regions (None: unknown)
         est = get_target(cfg.estimate).estimate(lowered.text, cfg.lnc)

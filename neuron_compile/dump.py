@@ -1,5 +1,9 @@
 """Debug artifacts under ``NEURON_COMPILE_DUMP_DIR`` (off by default): one directory per compiled
-region (a graph's own name when it has one), written on the ``RegionCompiled`` compile event."""
+region (a graph's own name when it has one), written on the ``RegionCompiled`` compile event.
+
+Under torch.distributed with more than one rank, each rank dumps below ``<dump_dir>/rank<k>/``
+(``dump_root``): ranks compile graphs of the same names, and one shared folder per graph would
+leave whichever rank wrote last."""
 
 from __future__ import annotations
 
@@ -17,8 +21,30 @@ from .versions import versions
 log = logging.getLogger(__name__)
 
 
+def dump_root(cfg: Any) -> Path | None:
+    """Where this process dumps: ``cfg.dump_dir``, or its ``rank<k>`` folder when
+    torch.distributed runs more than one rank; None when dumps are off."""
+    if not cfg.dump_dir:
+        return None
+    from .collectives import world
+
+    rank, size = world()
+    return Path(cfg.dump_dir) / f"rank{rank}" if size > 1 else Path(cfg.dump_dir)
+
+
+def dump_path(cfg: Any, *parts: str) -> Path | None:
+    """``dump_root(cfg) / parts...``, or None when dumps are off."""
+    root = dump_root(cfg)
+    return root.joinpath(*parts) if root is not None else None
+
+
 def dump_graph(
-    dump_dir: str, name: str, gm: fx.GraphModule, text: str, artifact: bytes, meta: dict[str, Any]
+    dump_dir: str | Path,
+    name: str,
+    gm: fx.GraphModule,
+    text: str,
+    artifact: bytes,
+    meta: dict[str, Any],
 ) -> Path | None:
     """Write FX code, StableHLO text, the artifact and a JSON of specs/timings/versions.
 
@@ -46,7 +72,8 @@ def dump_graph(
 def _on_region_compiled(event: events.RegionCompiled) -> None:
     """Dump a compiled region when ``dump_dir`` is set (never on an AOT-cache hit: no FX graph)."""
     cfg = event.cfg
-    if not cfg.dump_dir or event.gm is None:
+    root = dump_root(cfg)
+    if root is None or event.gm is None:
         return
     from .artifact import pretty
 
@@ -60,7 +87,7 @@ def _on_region_compiled(event: events.RegionCompiled) -> None:
     }
     text = pretty(event.lowered.text) if cfg.verify else event.lowered.text
     event.gm.recompile()  # gm.code after the passes
-    dump_graph(cfg.dump_dir, event.name, event.gm, text, event.artifact, meta)
+    dump_graph(root, event.name, event.gm, text, event.artifact, meta)
 
 
 events.subscribe(_on_region_compiled, events.RegionCompiled)

@@ -34,6 +34,7 @@ and are reported next to ours, never instead of them.
 | NC511 | ReduceWindowViolation | trn legality: reduce-window with dilation or more than one operand (EVRF017/018/019) |
 | NC512 | OpDtypeViolation    | trn legality: TopK on ints, scatter-reduce on int/bool, non-32-bit arithmetic shift right (EVRF013/016/022) |
 | NC513 | KernelArtifactViolation | trn legality: an NKI kernel's artifact is missing at compile time (EVRF059) |
+| NC514 | CollectiveViolation | trn legality: a collective, its element type or its replica groups the target does not take (EUOC002/EVRF064) |
 | NC521 | NeuronxCcNotFound   | a trn target needs neuronx-cc (PATH / NEURON_COMPILE_NEURONX_CC) |
 | NC522 | NeuronxCcError      | neuronx-cc failed; fields ``ncc_code`` and ``triage``          |
 | NC523 | NeuronxCcTimeout    | neuronx-cc exceeded NEURON_COMPILE_NEURONX_CC_TIMEOUT          |
@@ -302,6 +303,10 @@ class OpDtypeViolation(LegalityError):
 
 class KernelArtifactViolation(LegalityError):
     code = "NC513"
+
+
+class CollectiveViolation(LegalityError):
+    code = "NC514"
 
 
 class NeuronxCcNotFound(NeuronCompileError):

@@ -45,11 +45,16 @@ class GraphRecord:
     artifact_bytes: int = 0
     regions: int = 1  # compiled regions; more than one when ops fall back to the CPU
     fallback_ops: dict[str, int] = field(default_factory=dict)  # op -> nodes run eagerly
+    #: StableHLO collective -> how many the compiled module runs (``all_reduce``, ...)
+    collectives: dict[str, int] = field(default_factory=dict)
     #: Roofline estimate of the device time of one call (``cost_model.estimate_module`` on the
     #: lowered StableHLO, summed over regions) on ``est_target``; None when the ``estimate``
     #: option is off or the estimate failed.
     est_device_s: float | None = None
     est_target: str = ""
+    #: torch.distributed rank of the process that compiled the graph (0 without a process
+    #: group); set when the record is published (``GraphCompiled``).
+    rank: int = 0
 
     @property
     def our_compile_s(self) -> float:
@@ -68,6 +73,9 @@ def add_record(record: GraphRecord) -> None:
 
 
 def _on_graph_compiled(event: events.GraphCompiled) -> None:
+    from .collectives import world
+
+    event.record.rank = world()[0]
     add_record(event.record)
 
 

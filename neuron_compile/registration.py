@@ -7,10 +7,9 @@ when another distribution claims it; ``backend="neuron_compile"`` always means t
 
 from __future__ import annotations
 
-import warnings
 from importlib import metadata
 
-from .warn_once import first_time, once_set
+from .warn_once import first_time, once_set, warn
 
 BACKEND_NAMES = ("neuron", "neuron_compile")
 OUR_TARGET = "neuron_compile.backend:neuron_backend"
@@ -34,7 +33,7 @@ def warn_if_name_clash() -> None:
         return
     others = other_registrations("neuron")
     if others:
-        warnings.warn(
+        warn(
             "neuron-compile: the Dynamo backend name 'neuron' is registered by neuron-compile and "
             f"by {', '.join(others)}; torch picks one of them silently. Use "
             "backend='neuron_compile' to always select neuron-compile.",

@@ -7,7 +7,6 @@ import itertools
 import logging
 import re
 import threading
-import warnings
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ import torch.fx as fx
 
 from .config import NeuronConfig
 from .errors import RecompileLimitError
+from .warn_once import warn
 
 log = logging.getLogger(__name__)
 
@@ -439,7 +439,7 @@ def note_compile(
             hint=fix + ", or raise max_recompiles (NEURON_COMPILE_MAX_RECOMPILES)",
             recompiles=n,
         )
-    warnings.warn(
+    warn(
         f"neuron-compile: recompiling for {why} (recompile {n} of {name}). Every recompile is a "
         f"separate Trainium compilation: {fix}.",
         RecompileWarning,

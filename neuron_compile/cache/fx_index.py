@@ -18,6 +18,7 @@ import torch
 import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ..lowering.context import CollectiveInfo, ModuleContext
 from ..lowering.lower_graph import InputSpec, LoweredGraph, OutputSpec, is_inline_constant
 from .key import CacheKey, environment_components, graph_key
 
@@ -114,6 +115,10 @@ def dump_index(key: CacheKey, lowered: LoweredGraph) -> bytes | None:
         "outputs": outputs,
         "num_results": lowered.num_results,
         "downcasts": lowered.downcasts,
+        "collectives": [
+            [c.op, c.group_name, [list(g) for g in c.replica_groups], c.channel]
+            for c in lowered.collectives
+        ],
     }
     return json.dumps(payload).encode()
 
@@ -134,11 +139,22 @@ def load_index(data: bytes) -> tuple[CacheKey, LoweredGraph]:
         OutputSpec(k, int(i), _dtype(dt), v, tuple(st) if st is not None else None)
         for k, i, dt, v, st in d["outputs"]
     ]
-    lowered = LoweredGraph(d["text"], inputs, outputs, int(d["num_results"]), list(d["downcasts"]))
+    # The collectives decide where the module runs (the distributed client, one replica per
+    # rank) and enter the key; they are part of what the entry describes.
+    module = ModuleContext(
+        collectives=[
+            CollectiveInfo(str(op), str(group), tuple(tuple(map(int, g)) for g in groups), int(ch))
+            for op, group, groups, ch in d.get("collectives", [])
+        ]
+    )
+    lowered = LoweredGraph(
+        d["text"], inputs, outputs, int(d["num_results"]), list(d["downcasts"]), module=module
+    )
     derived = graph_key(
         lowered.text,
         io_specs=[[vars(s) for s in inputs], [vars(o) for o in outputs]],
         artifact_form=key.components().get("artifact_form", ""),
+        replica_groups=[c.replica_groups for c in lowered.collectives],
     )
     if derived.digest() != key.digest():
         raise ValueError(

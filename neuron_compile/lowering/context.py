@@ -62,6 +62,17 @@ def promote_types(
     return elementwise_dtypes(*[_promotion_stand_in(a) for a in args], type_promotion_kind=kind)
 
 
+@dataclass(frozen=True)
+class CollectiveInfo:
+    """One collective of a module: its StableHLO op, the c10d group it came from, the
+    partition of the world it runs over and its channel handle."""
+
+    op: str
+    group_name: str
+    replica_groups: tuple[tuple[int, ...], ...]
+    channel: int
+
+
 @dataclass
 class ModuleContext:
     """What every rule of one module shares: the target it is lowered for, and state that
@@ -76,6 +87,15 @@ class ModuleContext:
     rng_state: Value | None = None
     #: custom-call targets in emission order (``LoweringContext.custom_call``)
     custom_call_targets: list[str] = field(default_factory=list)
+    #: collectives in emission order (``lowering/stablehlo/collectives.py``)
+    collectives: list[CollectiveInfo] = field(default_factory=list)
+    #: the last collective's result: the next one is ordered after it (``collectives.py``)
+    last_collective: Value | None = None
+
+    @property
+    def num_replicas(self) -> int:
+        """Ranks the module runs on: 1 without collectives, else the world the groups cover."""
+        return max((sum(map(len, c.replica_groups)) for c in self.collectives), default=1)
 
 
 @dataclass

@@ -177,7 +177,11 @@ class Emitter:
         header = "^bb0(" + ", ".join(f"{v.name}: {v.type}" for v in block_args) + "):"
         return [header] + ["  " + ln for ln in lines]
 
-    def module_text(self, results: Sequence[Value], name: str = "main") -> str:
+    def module_text(
+        self, results: Sequence[Value], name: str = "main", attributes: str = ""
+    ) -> str:
+        """The module; ``attributes``: module attributes (``mhlo.num_replicas = 4 : i32``)."""
+        header = f" attributes {{{attributes}}}" if attributes else ""
         args = ", ".join(f"{v.name}: {v.type}" for v in self.args)
         outs = ", ".join(str(v.type) for v in results)
         body = "\n".join("    " + ln for ln in self._blocks[0])
@@ -185,7 +189,7 @@ class Emitter:
             f"    return {', '.join(v.name for v in results)} : {outs}" if results else "    return"
         )
         return (
-            "module @neuron_graph {\n"
+            f"module @neuron_graph{header} {{\n"
             f"  func.func public @{name}({args}) -> ({outs}) {{\n{body}\n{ret}\n  }}\n}}\n"
         )
 

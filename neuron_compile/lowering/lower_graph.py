@@ -18,7 +18,13 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import BUG_HINT, LoweringError, UnsupportedOpError, user_frame
 from . import registry
-from .context import LoweringContext, ModuleContext, canonical_dtype, tensor_type
+from .context import (
+    CollectiveInfo,
+    LoweringContext,
+    ModuleContext,
+    canonical_dtype,
+    tensor_type,
+)
 from .emit import Emitter, TensorType, Value
 
 if TYPE_CHECKING:
@@ -116,6 +122,16 @@ class LoweredGraph:
     def custom_calls(self) -> list[str]:
         """Custom-call targets in the module, in emission order."""
         return list(self.module.custom_call_targets) if self.module is not None else []
+
+    @property
+    def collectives(self) -> list[CollectiveInfo]:
+        """Collectives in the module, in emission order (channel handles 1, 2, ...)."""
+        return list(self.module.collectives) if self.module is not None else []
+
+    @property
+    def num_replicas(self) -> int:
+        """Ranks the module runs on (1 without collectives)."""
+        return self.module.num_replicas if self.module is not None else 1
 
     def node_at_line(self, line: int) -> fx.Node | None:
         """FX node that emitted 1-based ``line`` of ``text`` (for verifier errors)."""
@@ -305,11 +321,19 @@ def lower_graph(
                 spec = InputSpec(RNG_SEED, "rng_seed", seed.shape, seed.dtype, seed.dtype)
                 inputs.insert(module.rng_arg_index, spec)
             outputs, results = _plan_outputs(node, env, placeholder_index)
-            text = emitter.module_text(results, func_name)
+            text = emitter.module_text(results, func_name, _module_attributes(module))
             return LoweredGraph(text, inputs, outputs, len(results), downcasts, emitter, module)
         else:
             raise UnsupportedOpError(f"FX node kind {node.op!r} is not supported", node=node)
     raise LoweringError("graph has no output node", hint=BUG_HINT)
+
+
+def _module_attributes(module: ModuleContext) -> str:
+    """A module with collectives states the replicas it runs on (XLA's HloModuleConfig reads
+    them; every rank's module is the same text); others keep no attributes."""
+    if not module.collectives:
+        return ""
+    return f"mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {module.num_replicas} : i32"
 
 
 def _layout(val: torch.Tensor) -> tuple[int, ...] | None:

@@ -12,12 +12,17 @@ Targets:
 
 ``torch.compile(model)`` without a backend uses ``neuron`` during a check (``--keep-default-backend``
 turns that off). Exit codes: see ``gate.py``.
+
+``--nproc-per-node N`` runs the target as N torch.distributed ranks under torchrun
+(``ranks.py``): each rank checks in its own process and writes its report, and this process
+merges them (one row per distinct graph, with its ranks) and gates on the merged report.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import runpy
 import sys
@@ -69,6 +74,13 @@ def add_check_parser(sub: Any) -> argparse.ArgumentParser:
         help="do not make 'neuron' the default torch.compile backend during the check",
     )
     p.add_argument("--print-schema", action="store_true", help="print the report JSON schema")
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        metavar="N",
+        help="run the target as N ranks under torchrun (torch.distributed) and report every "
+        "rank's graphs, each distinct graph once with its ranks",
+    )
     p.set_defaults(check_run=run_check)
     return p
 
@@ -153,12 +165,10 @@ def _run_pytest(selection: list[str], collector: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from . import formats, gate
-    from .collect import Collector
+    from . import gate
+    from .ranks import ENV_RANK_REPORT_DIR
 
     if args.print_schema:
-        import json
-
         from .schema import REPORT_SCHEMA
 
         print(json.dumps(REPORT_SCHEMA, indent=2))
@@ -169,29 +179,98 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         fail_on = gate.parse_fail_on(args.fail_on)
         baseline = gate.load_baseline(args.baseline) if args.baseline else None
+        if args.nproc_per_node is not None and args.nproc_per_node < 1:
+            raise ValueError("--nproc-per-node must be >= 1")
         kind, run = _load_target(args)
     except (ValueError, OSError, KeyError) as e:
         print(f"neuron-compile check: {e}", file=sys.stderr)
         return gate.EXIT_USAGE
+    rank_dir = os.environ.get(ENV_RANK_REPORT_DIR)
+    if rank_dir:  # one rank of a --nproc-per-node check: its report goes to the parent
+        from .ranks import rank_report_path
+
+        rank = int(os.environ.get("RANK", "0"))
+        if args.bundle_dir:
+            args.bundle_dir = os.path.join(args.bundle_dir, f"rank{rank}")
+        report, finished = _check_here(args, run)
+        rank_report_path(rank_dir, rank).write_text(json.dumps(report.to_dict(), default=str))
+        # The parent gates. A target that stopped early fails this rank, so torchrun stops the
+        # others (which could wait for it in a collective forever), as it would without check.
+        return gate.EXIT_OK if finished else gate.EXIT_CRASH
+    report = _check_ranks(args) if args.nproc_per_node else _check_here(args, run)[0]
+    return _emit(report, args, fail_on, baseline)
+
+
+def _bundle_dir(args: argparse.Namespace) -> str | None:
+    return args.bundle_dir or (os.path.join(args.out, "bundles") if args.out else None)
+
+
+def _check_here(args: argparse.Namespace, run: Callable[[Any], None]) -> tuple[Any, bool]:
+    """Run the target in this process under a collector: its report, and whether the target
+    ran to its end (no exception, no non-zero exit)."""
     import torch
+
+    from .collect import Collector
 
     previous_backend = torch.compiler.get_default_backend()
     if not args.keep_default_backend:
         torch.compiler.set_default_backend("neuron")
-    bundle_dir = args.bundle_dir or (os.path.join(args.out, "bundles") if args.out else None)
     label = " ".join([args.target, *args.target_args])
-    collector = Collector(label, args.mode, bundle_dir=bundle_dir, rtol=args.rtol, atol=args.atol)
+    collector = Collector(
+        label, args.mode, bundle_dir=_bundle_dir(args), rtol=args.rtol, atol=args.atol
+    )
+    finished = False
     with collector:
         try:
             run(collector)
+            finished = True
         except SystemExit as e:
-            if e.code not in (0, None) and not collector.failures:
+            finished = e.code in (0, None)
+            if not finished and not collector.failures:
                 collector.crash = f"the target exited with status {e.code}"
         except Exception as e:
             collector.note_exception(e)
         finally:
             torch.compiler.set_default_backend(previous_backend)
-    report = collector.report()
+    return collector.report(), finished
+
+
+def _check_ranks(args: argparse.Namespace) -> Any:
+    """Run the target as ``--nproc-per-node`` ranks, one check per rank; the merged report."""
+    import shutil
+    import tempfile
+
+    from .model import Report
+    from .ranks import ENV_RANK_REPORT_DIR, load_rank_reports, merge_reports, run_ranks
+
+    n = args.nproc_per_node
+    argv = ["-m", "neuron_compile", "check", args.target, "--mode", args.mode]
+    argv += ["--rtol", repr(args.rtol), "--atol", repr(args.atol)]
+    argv += ["--pytest"] * args.pytest + ["--keep-default-backend"] * args.keep_default_backend
+    bundle_dir = _bundle_dir(args)
+    if bundle_dir:
+        argv += ["--bundle-dir", os.path.abspath(bundle_dir)]  # each rank: bundle_dir/rank<k>
+    if args.target_args:
+        argv += ["--", *args.target_args]
+    rank_dir = tempfile.mkdtemp(prefix="nc-check-ranks-")
+    try:
+        status = run_ranks(n, argv, {ENV_RANK_REPORT_DIR: rank_dir})
+        by_rank = load_rank_reports(rank_dir, n)
+    finally:
+        shutil.rmtree(rank_dir, ignore_errors=True)
+    label = " ".join([args.target, *args.target_args])
+    report = merge_reports(by_rank, n) if by_rank else Report(label, args.mode, world_size=n)
+    missing = [r for r in range(n) if r not in by_rank]
+    if missing:
+        lost = f"rank(s) {', '.join(map(str, missing))} wrote no report (torchrun status {status})"
+        report.crash = f"{report.crash}; {lost}" if report.crash else lost
+    return report
+
+
+def _emit(report: Any, args: argparse.Namespace, fail_on: Any, baseline: Any) -> int:
+    """Write the requested formats, print the summary and verdict; the exit code."""
+    from . import formats, gate
+
     paths: dict[str, Path] = {}
     if args.out:
         paths.update(formats.write_all(report, args.out, fail_on))

@@ -34,10 +34,12 @@ import torch
 import torch.fx as fx
 
 from .. import events
+from ..dump import dump_root
 from ..errors import NeuronCompileError, user_frame
 from ..targets import get_target, target_names
 from .bundle import Failure, stage, write_bundle
 from .model import CATEGORY_CODES, Finding, GraphEntry, Location, Report
+from .ranks import process_rank
 
 log = logging.getLogger(__name__)
 
@@ -301,8 +303,9 @@ class Collector:
             frame.graphs.append(ev.name)
         if isinstance(ev.runner, FallbackRunner):
             self.reasons[ev.name] = list(ev.runner.reasons)
-        if getattr(ev.cfg, "dump_dir", None):
-            self.artifacts.setdefault(ev.name, {})["dump"] = f"{ev.cfg.dump_dir}/{ev.name}"
+        root = dump_root(ev.cfg) if getattr(ev.cfg, "dump_dir", None) else None
+        if root is not None:
+            self.artifacts.setdefault(ev.name, {})["dump"] = str(root / ev.name)
 
     def _graph_failed(self, ev: events.GraphFailed) -> None:
         frame = self.frames.get(_prefix(ev.name))
@@ -400,6 +403,7 @@ class Collector:
         from ..dump import versions
 
         self.snapshot()
+        rank, world_size = process_rank()
         rep = Report(
             target=self.target,
             mode=self.mode,
@@ -408,6 +412,7 @@ class Collector:
             duration_s=round(time.perf_counter() - self._t0, 3),
             crash=self.crash,
             cache=dict(self._cache),
+            world_size=world_size,
         )
         for rec in self._records:
             frame = self.frames.get(_prefix(rec.name))
@@ -428,8 +433,13 @@ class Collector:
                         status="failed",
                         location=failure.location,
                         artifacts={"bundle": finding.bundle} if finding.bundle else {},
+                        ranks=[rank],
                     )
                 )
+        # Findings are this process's (graph findings: the rank that compiled the graph).
+        graph_ranks = {g.name: g.ranks for g in rep.graphs}
+        for f in rep.findings:
+            f.ranks = list(graph_ranks.get(f.graph or "", [rank]))
         return rep
 
     def _graph_entry(self, rec: Any, frame: _Frame | None) -> GraphEntry:
@@ -456,6 +466,7 @@ class Collector:
             numerics=self.numerics.get(rec.name),
             est_device_s=getattr(rec, "est_device_s", None),
             est_target=getattr(rec, "est_target", ""),
+            ranks=[getattr(rec, "rank", 0)],
         )
 
     def _record_findings(self, rec: Any, frame: _Frame | None) -> list[Finding]:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from .model import CATEGORIES, Finding, Location, Report
+from .model import CATEGORIES, Finding, Location, Report, format_ranks
 
 FORMATS = ("json", "junit", "markdown", "sarif", "terminal")
 #: file names ``write_all`` uses in an output directory
@@ -51,6 +51,7 @@ RULES = {
     "NC511": ("ReduceWindowViolation", "trn legality: dilated or variadic reduce-window"),
     "NC512": ("OpDtypeViolation", "trn legality: op on a dtype its engine lacks"),
     "NC513": ("KernelArtifactViolation", "trn legality: NKI kernel artifact missing"),
+    "NC514": ("CollectiveViolation", "trn legality: a collective or replica groups not taken"),
     "NC521": ("NeuronxCcNotFound", "a trn target needs neuronx-cc"),
     "NC522": ("NeuronxCcError", "neuronx-cc failed (NCC_ code triaged in the report)"),
     "NC523": ("NeuronxCcTimeout", "neuronx-cc timed out"),
@@ -110,7 +111,7 @@ def render_junit(report: Report, fail_on: Iterable[str] = ("compile-error",)) ->
     for g in report.graphs:
         cases.append(
             _testcase(
-                g.name,
+                g.name + report.ranks_label(g.ranks),
                 classname,
                 g.seconds.get("backend", 0.0),
                 report.findings_for(g.name),
@@ -120,11 +121,13 @@ def render_junit(report: Report, fail_on: Iterable[str] = ("compile-error",)) ->
     names = {g.name for g in report.graphs}
     for f in report.findings:
         if f.graph is None or f.graph not in names:
-            cases.append(_testcase(f"{f.category} {_where(f)}", classname, 0.0, [f], fail_on))
+            name = f"{f.category} {_where(f)}{report.ranks_label(f.ranks)}"
+            cases.append(_testcase(name, classname, 0.0, [f], fail_on))
     failures = sum("<failure" in c for c in cases)
     props = {
         "schema_version": report.schema_version,
         "mode": report.mode,
+        "world_size": report.world_size,
         "fail_on": ",".join(sorted(fail_on)),
         **_est_props(report),
         **{f"version.{k}": v for k, v in report.versions.items()},
@@ -168,7 +171,8 @@ def render_markdown(report: Report, fail_on: Iterable[str] = ("compile-error",))
         f"## :{mark}: neuron-compile check `{_md(report.target)}`: {verdict}",
         "",
         f"{report.mode} mode · {len(report.graphs)} graph(s), {failed} failed · "
-        f"{report.duration_s:.1f} s · fail on: {', '.join(sorted(fail_on)) or 'nothing'}",
+        + (f"{report.world_size} ranks · " if report.world_size > 1 else "")
+        + f"{report.duration_s:.1f} s · fail on: {', '.join(sorted(fail_on)) or 'nothing'}",
         "",
         "| finding | count | gates CI |",
         "|---|---:|---|",
@@ -194,19 +198,21 @@ def render_markdown(report: Report, fail_on: Iterable[str] = ("compile-error",))
         for f in report.findings:
             icon = ":x:" if _gated(f, fail_on) else ":warning:"
             msg = _md(f.message) + (f" (x{f.count})" if f.count > 1 else "")
+            msg += report.ranks_label(f.ranks)
             if f.bundle:
                 msg += f" — bundle `{_md(f.bundle)}`"
             for n in f.ncc:
                 msg += f" — `{n.code}` {n.bucket}: {_md(n.action)}"
             out.append(f"| {icon} | {f.code} | `{_where(f)}` | {_md(f.graph or '')} | {msg} |")
     if report.graphs:
+        ranked = report.world_size > 1  # a ranks column: each distinct graph once, its ranks
         out += [
             "",
             "<details><summary>Graphs</summary>",
             "",
             "| graph | kind | status | nodes | lowering s | verify s | XLA s | cache | regions "
-            "| calls | est. device | notes |",
-            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
+            "| calls | est. device | notes |" + (" ranks |" if ranked else ""),
+            "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|" + ("---|" if ranked else ""),
         ]
         for g in report.graphs:
             s = g.seconds
@@ -217,6 +223,7 @@ def render_markdown(report: Report, fail_on: Iterable[str] = ("compile-error",))
                 f"{s.get('lowering', 0):.3f} | {s.get('verify', 0):.3f} | "
                 f"{s.get('executor_compile', 0):.3f} | {cache} | {g.regions} | {g.calls} | "
                 f"{_us(g.est_device_s)} | {_md(_notes(g))} |"
+                + (f" {format_ranks(g.ranks)} |" if ranked else "")
             )
         out += ["", "</details>"]
     return "\n".join(out) + "\n"
@@ -282,13 +289,19 @@ def render_sarif(report: Report, fail_on: Iterable[str] = ("compile-error",)) ->
                 "text": f"[{f.code}] {f.message}"
                 + (f" (x{f.count})" if f.count > 1 else "")
                 + (f" [graph {f.graph}]" if f.graph else "")
+                + report.ranks_label(f.ranks)
             },
             "partialFingerprints": {
                 "neuronCompileFinding/v1": hashlib.sha256(
                     "|".join(f.key(root)).encode()
                 ).hexdigest()[:32]
             },
-            "properties": {"category": f.category, "count": f.count, "graph": f.graph or ""},
+            "properties": {
+                "category": f.category,
+                "count": f.count,
+                "graph": f.graph or "",
+                "ranks": list(f.ranks),
+            },
         }
         if f.location:
             result["locations"] = [
@@ -329,7 +342,8 @@ def render_terminal(report: Report, fail_on: Iterable[str] = ("compile-error",))
     lines = [
         f"neuron-compile check {report.target} ({report.mode} mode): "
         f"{len(report.graphs) - failed} graph(s) compiled, {failed} failed, "
-        f"{report.duration_s:.1f} s"
+        + (f"{report.world_size} ranks, " if report.world_size > 1 else "")
+        + f"{report.duration_s:.1f} s"
     ]
     counts = report.counts()
     lines.append(
@@ -342,6 +356,7 @@ def render_terminal(report: Report, fail_on: Iterable[str] = ("compile-error",))
         lines.append(
             f"  {mark} {f.code} {f.category:<13} {_where(f):<28} {f.message}"
             + (f" (x{f.count})" if f.count > 1 else "")
+            + report.ranks_label(f.ranks)
         )
         if f.bundle:
             lines.append(f"      bundle: {f.bundle} (python {f.bundle}/replay.py)")
@@ -356,7 +371,9 @@ def render_terminal(report: Report, fail_on: Iterable[str] = ("compile-error",))
         )
         for g in report.graphs:
             if g.est_device_s is not None:
-                lines.append(f"      {_us(g.est_device_s):>14}  {g.name}")
+                lines.append(
+                    f"      {_us(g.est_device_s):>14}  {g.name}{report.ranks_label(g.ranks)}"
+                )
     if report.crash:
         lines.append(f"  target crashed: {report.crash}")
     return "\n".join(lines) + "\n"

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: Bumped on any incompatible change of the JSON layout (``schema.REPORT_SCHEMA``); the minor
-#: number on added optional fields (1.1: estimated device time per graph and in total).
-SCHEMA_VERSION = "1.1"
+#: number on added optional fields (1.1: estimated device time per graph and in total; 1.2: the
+#: ranks of every graph and finding, and the world size).
+SCHEMA_VERSION = "1.2"
 
 #: Finding categories, in the order reports list them; ``--fail-on`` takes these names.
 CATEGORIES = (
@@ -38,6 +39,17 @@ CATEGORY_CODES = {
 }
 
 _WHERE_RE = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?: in (?P<function>\S+))?$")
+
+
+def format_ranks(ranks: list[int]) -> str:
+    """``[0, 1, 2, 3, 6]`` -> ``0-3,6``."""
+    out: list[str] = []
+    for r in sorted(set(ranks)):
+        if out and out[-1].split("-")[-1] == str(r - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{r}"
+        else:
+            out.append(str(r))
+    return ",".join(out)
 
 
 @dataclass
@@ -96,6 +108,8 @@ class Finding:
     details: dict[str, Any] = field(default_factory=dict)
     ncc: list[NccDiagnostic] = field(default_factory=list)
     bundle: str | None = None  # failure bundle directory
+    #: torch.distributed ranks that had this finding (``[0]`` without a process group)
+    ranks: list[int] = field(default_factory=lambda: [0])
 
     @property
     def subject(self) -> str:
@@ -136,6 +150,8 @@ class GraphEntry:
     #: roofline device seconds per call on ``est_target`` (``cost_model.estimate_module``)
     est_device_s: float | None = None
     est_target: str = ""
+    #: torch.distributed ranks that compiled this graph (one row per cache key across ranks)
+    ranks: list[int] = field(default_factory=lambda: [0])
 
 
 @dataclass
@@ -150,6 +166,8 @@ class Report:
     #: the target's own exception when it was not a compile error (the check could not finish)
     crash: str | None = None
     cache: dict[str, Any] = field(default_factory=dict)
+    #: ranks the report covers (``check --nproc-per-node N``: N; 1 without torch.distributed)
+    world_size: int = 1
     schema_version: str = SCHEMA_VERSION
 
     def counts(self) -> dict[str, int]:
@@ -167,6 +185,13 @@ class Report:
     def est_target(self) -> str:
         """The target(s) the estimates are for (``trn2``; ``trn2,trn3`` if mixed)."""
         return ",".join(sorted({g.est_target for g in self.graphs if g.est_target}))
+
+    def ranks_label(self, ranks: list[int]) -> str:
+        """`` [ranks 0-3]`` (`` [rank 1]``) for a report over several ranks, else empty
+        (one-rank reports read as they always did)."""
+        if self.world_size <= 1:
+            return ""
+        return f" [rank{'s' if len(set(ranks)) > 1 else ''} {format_ranks(ranks)}]"
 
     def findings_for(self, graph: str) -> list[Finding]:
         return [f for f in self.findings if f.graph == graph]

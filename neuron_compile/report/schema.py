@@ -11,6 +11,8 @@ from typing import Any
 from .model import CATEGORIES, SCHEMA_VERSION
 
 _NUM = {"type": "number", "minimum": 0}
+# since 1.2: torch.distributed ranks of a graph or finding
+_RANKS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True}
 _LOCATION = {
     "type": ["object", "null"],
     "required": ["file", "line"],
@@ -47,6 +49,7 @@ _FINDING = {
         "details": {"type": "object"},
         "ncc": {"type": "array", "items": _NCC},
         "bundle": {"type": ["string", "null"]},
+        "ranks": _RANKS,
     },
 }
 _GRAPH = {
@@ -77,6 +80,7 @@ _GRAPH = {
         "numerics": {"enum": [None, "matched", "mismatch", "random"]},
         "est_device_s": {"type": ["number", "null"], "minimum": 0},
         "est_target": {"type": "string"},
+        "ranks": _RANKS,
     },
 }
 
@@ -111,5 +115,7 @@ REPORT_SCHEMA: dict[str, Any] = {
         # since 1.1: roofline device time of one call of every graph (None: estimate off)
         "est_device_s_total": {"type": ["number", "null"], "minimum": 0},
         "est_target": {"type": "string"},
+        # since 1.2: ranks the report covers (neuron-compile check --nproc-per-node N)
+        "world_size": {"type": "integer", "minimum": 1},
     },
 }

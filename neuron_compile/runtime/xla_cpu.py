@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from .client import Client
+
 log = logging.getLogger(__name__)
 
 
@@ -21,12 +23,33 @@ log = logging.getLogger(__name__)
 def _client():
     """Our own XLA CPU client, straight from jaxlib: ``import jax`` (for ``jax.extend``'s shared
     backend) costs ~0.5 s of every cold and warm start and buys nothing here. A process that also
-    uses JAX simply has two CPU clients; tensors cross between them through dlpack anyway."""
+    uses JAX simply has two CPU clients; tensors cross between them through dlpack anyway.
+
+    Graphs without collectives always run here, on every rank: a rank may compile a graph the
+    others never do (an evaluation on rank 0), which the distributed client could not allow."""
     from jaxlib import xla_client
 
     backend = xla_client.make_cpu_client()
     device = backend.devices()[0]
     return backend, device, xla_client.DeviceList((device,)), xla_client
+
+
+#: True once a process has a distributed client beside the local one: arrays may then belong to
+#: either, and ``to_xla`` checks which (a ~0.5 us device test nobody else pays).
+_TWO_CLIENTS = False
+
+
+def _client_for(replicas: int) -> Client:
+    """The client a module over ``replicas`` ranks runs on: the local one, or (collectives over
+    more than one rank) the distributed one (``runtime/distributed.py``)."""
+    global _TWO_CLIENTS
+    if replicas <= 1:
+        backend, device, devices, xla_client = _client()
+        return Client(backend, device, devices, xla_client.CompileOptions)
+    from .distributed import distributed_client
+
+    _TWO_CLIENTS = True
+    return distributed_client(replicas)
 
 
 def _outside_tracing():
@@ -41,15 +64,15 @@ def _outside_tracing():
     return _disable_current_modes()
 
 
-@lru_cache(maxsize=1)
-def _importer() -> Callable[[torch.Tensor], Any]:
+@lru_cache(maxsize=4)
+def _importer(device: Any = None) -> Callable[[torch.Tensor], Any]:
     """Fastest available torch -> XLA buffer import (zero-copy for aligned dense tensors).
 
     ``_jax.dlpack_managed_tensor_to_buffer`` on ``torch._C._to_dlpack`` costs ~3 us per tensor
     vs ~25 us for the public ``jax.dlpack.from_dlpack`` (jaxlib 0.10.2); the C-level capsule also
     needs no ``detach()`` for tensors that require grad. Falls back when a release renames it.
     """
-    _, device, _, _ = _client()
+    device = device or _client()[1]
     try:
         from jaxlib import _jax
 
@@ -143,17 +166,23 @@ class XlaCpuExecutable:
     contiguous (``CompiledGraph`` guarantees it).
     """
 
-    def __init__(self, artifact: bytes | None = None, *, serialized: bytes | None = None) -> None:
+    def __init__(
+        self, artifact: bytes | None = None, *, serialized: bytes | None = None, replicas: int = 1
+    ) -> None:
         """Compile ``artifact``, or load ``serialized`` (bytes from ``serialize()`` of an
         executable built by this jaxlib on a host with the same CPU features). Loading runs
-        native code from those bytes: only pass bytes this machine's own cache wrote."""
-        backend, _, devices, xla_client = _client()
+        native code from those bytes: only pass bytes this machine's own cache wrote.
+
+        ``replicas`` > 1: a module with collectives over that many ranks, compiled on the
+        distributed client with one replica per rank; it runs on this rank's device."""
+        client = _client_for(replicas)
+        self._backend, self._device = client.backend, client.device
         if serialized is not None:
-            self._exe = backend.deserialize_executable(
-                serialized, devices, xla_client.CompileOptions()
+            self._exe = self._backend.deserialize_executable(
+                serialized, client.devices, client.options()
             )
         elif artifact is not None:
-            self._exe = backend.compile_and_load(artifact, devices, xla_client.CompileOptions())
+            self._exe = self._backend.compile_and_load(artifact, client.devices, client.options())
         else:
             raise TypeError("XlaCpuExecutable needs an artifact or a serialized executable")
 
@@ -161,24 +190,27 @@ class XlaCpuExecutable:
     # and the first one imports jax (~0.5 s), which a compile-only process never needs.
     @property
     def _import(self) -> Callable[[torch.Tensor], Any]:
-        return _importer()
+        return _importer(self._device)
 
     def serialize(self) -> bytes:
         """The compiled executable as bytes (for the on-disk cache)."""
-        backend, _, _, _ = _client()
-        return bytes(backend.serialize_executable(self._exe))
+        return bytes(self._backend.serialize_executable(self._exe))
 
     def to_xla(self, slots: list[Any] | None, slot: int, t: Any) -> Any:
         """``t`` as an executor array: a tensor is imported (zero-copy where possible) unless
         ``slots[slot]`` holds its parameter alias or this executor produced it; arrays pass."""
         if not isinstance(t, torch.Tensor):
-            return t  # already an executor array (a saved activation kept on the device)
+            # Already an executor array (a saved activation kept on the device); one of the
+            # other client's (collectives on one side of a forward/backward pair) crosses over.
+            if _TWO_CLIENTS and t.device is not self._device:
+                return self._import(to_torch(t))
+            return t
         ptr = t.data_ptr()
         cached = slots[slot] if slots is not None else None
         if cached is not None and cached[0] is t and cached[1] == ptr:
             return cached[2]
         exported = _EXPORTED.get((ptr, t.shape, t.dtype))
-        if exported is not None:
+        if exported is not None and not (_TWO_CLIENTS and exported[0].device is not self._device):
             return exported[0]
         array = self._import(t)
         if (

@@ -10,6 +10,10 @@ share. Reshapes and constants cost nothing.
 This is a first-order model (no fusion, no SBUF reuse, no DMA fixed costs); it ranks rewrites, it
 does not predict wall time.
 
+Collectives cost link time instead: the bytes one rank sends over its links divided by the
+link bandwidth per chip (``TrainiumTarget.links``: NeuronLink within an instance, EFA across
+instances, sources in ``trainium/target.py``). See ``collective_seconds``.
+
 Constants (``docs/trainium-reference.md`` §R2, from the Neuron SDK architecture guides), per
 physical NeuronCore; one LNC=2 logical core has twice the engines and bandwidth. TensorE peaks
 and HBM bandwidth come from ``trainium/target.py`` (§R2 "TensorE BF16/FP16/TF32 / FP8 / FP32" and
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -158,7 +163,7 @@ class OpCost:
     flops: float
     bytes: float
     seconds: float
-    bound: str  # "compute" | "memory" | "free"
+    bound: str  # "compute" | "memory" | "link" (a collective) | "free"
 
 
 @dataclass(frozen=True)
@@ -211,12 +216,97 @@ def _tensor(value: Any) -> tuple[int, int, Any] | None:
     return elems, elems * _elem_bytes(t.element_type), t.element_type
 
 
+# ---- collectives ------------------------------------------------------------------------------
+
+#: StableHLO collectives the cost model prices by link time (``collective_seconds``).
+COLLECTIVE_OPS: frozenset[str] = frozenset(
+    f"stablehlo.{name}"
+    for name in (
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "collective_permute",
+        "collective_broadcast",
+        "send",
+        "recv",
+    )
+)
+_MODULE_INT_ATTR = r"{}\s*=\s*(\d+)"
+_DENSE_SHAPE = re.compile(r"tensor<(\d+)x(\d+)xi64>")
+
+
+def replica_groups(printed: str | None) -> tuple[tuple[int, ...], ...]:
+    """The groups of a printed ``replica_groups`` (or ``source_target_pairs``) attribute,
+    ``dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>``; ``-1`` entries pad shorter groups and are
+    dropped; ``()`` when absent or empty (``dense<> : tensor<0x0xi64>``: one group of every
+    replica)."""
+    if not printed:
+        return ()
+    shape = _DENSE_SHAPE.search(printed)
+    if shape is None:
+        return ()
+    rows, cols = int(shape.group(1)), int(shape.group(2))
+    body = printed.split(" : ", 1)[0]
+    values = [int(v) for v in re.findall(r"-?\d+", body)]
+    if len(values) == 1 and rows * cols > 1:  # a splat: dense<0> : tensor<1x2xi64>
+        values = values * rows * cols
+    return tuple(tuple(v for v in values[r * cols : (r + 1) * cols] if v >= 0) for r in range(rows))
+
+
+def module_world(text: str) -> int | None:
+    """``mhlo.num_replicas`` of a module (times ``mhlo.num_partitions``, which is 1 in ours):
+    the ranks its replica groups number; None when the module does not say."""
+    head = text.split("func.func", 1)[0]  # the module's attributes come before its functions
+    replicas = re.search(_MODULE_INT_ATTR.format(r"mhlo\.num_replicas"), head)
+    if replicas is None:
+        return None
+    partitions = re.search(_MODULE_INT_ATTR.format(r"mhlo\.num_partitions"), head)
+    return int(replicas.group(1)) * (int(partitions.group(1)) if partitions else 1)
+
+
+def link_share(kind: str, group_size: int) -> float:
+    """Share of a collective's buffer each rank sends, ``n = group_size`` (ring algorithms):
+    all_reduce ``2(n-1)/n`` (a reduce-scatter then an all-gather); all_gather, reduce_scatter and
+    all_to_all ``(n-1)/n``; collective_permute, collective_broadcast, send and recv the buffer
+    once. The buffer is the full tensor: all_gather's result, every other op's operand. A group
+    of one moves nothing."""
+    kind = kind.removeprefix("stablehlo.")
+    n = group_size
+    if n <= 1:
+        return 0.0
+    if kind == "all_reduce":
+        return 2 * (n - 1) / n
+    if kind in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def link_bandwidth(target: TrainiumTarget | str, group_size: int) -> float:
+    """Bytes/s per chip for a group of ``group_size`` ranks (one rank per chip): NeuronLink when
+    the group fits one instance (``links.chips_per_node``), else EFA."""
+    links = _as_target(target).links
+    return links.intra_node if group_size <= links.chips_per_node else links.inter_node
+
+
+def collective_seconds(
+    kind: str, buffer_bytes: float, group_size: int, target: TrainiumTarget | str = "trn2"
+) -> float:
+    """Estimated time of one collective: ``link_share(kind, n) * buffer_bytes`` over
+    ``link_bandwidth(target, n)``. No latency term, no overlap with compute."""
+    share = link_share(kind, group_size)
+    return 0.0 if share == 0 else share * buffer_bytes / link_bandwidth(target, group_size)
+
+
 class _Walker:
     """Costs the ops of one parsed module; ``funcs`` maps symbol names to ``func.func`` ops."""
 
-    def __init__(self, target: TrainiumTarget, lnc: int, funcs: dict[str, Any]) -> None:
+    def __init__(
+        self, target: TrainiumTarget, lnc: int, funcs: dict[str, Any], world: int = 1
+    ) -> None:
         self.target, self.lnc, self.funcs = target, lnc, funcs
         self.hbm = target.hbm_bandwidth * lnc
+        self.world = world  # ranks of an empty replica_groups (mhlo.num_replicas)
 
     def block(self, block: Any, depth: int = 0) -> Iterator[OpCost]:
         for view in block.operations:
@@ -256,6 +346,8 @@ class _Walker:
         operands = [t for v in ins if (t := _tensor(v)) is not None]
         results = [t for v in op.results if (t := _tensor(v)) is not None]
         tensors = operands + results
+        if name in COLLECTIVE_OPS:
+            return self._collective_cost(op, operands, results)
         moved = float(sum(t[1] for t in tensors))
         memory_s = moved / self.hbm
         flops, compute_s = 0.0, 0.0
@@ -282,6 +374,24 @@ class _Walker:
         seconds = max(compute_s, memory_s)
         bound = "free" if seconds == 0 else ("compute" if compute_s >= memory_s else "memory")
         return OpCost(name, flops, moved, seconds, bound)
+
+    def _collective_cost(self, op: Any, operands: list, results: list) -> OpCost:
+        """Link time of a collective (``collective_seconds``); ``bytes`` are the bytes one rank
+        sends over its links, not HBM traffic."""
+        name = op.name
+        full = results if name in ("stablehlo.all_gather", "stablehlo.recv") else operands
+        buffer = float(sum(t[1] for t in full))
+        key = "source_target_pairs" if "source_target_pairs" in op.attributes else "replica_groups"
+        groups = replica_groups(str(op.attributes[key]) if key in op.attributes else None)
+        if name == "stablehlo.collective_permute":
+            n = len({r for pair in groups for r in pair})
+        else:
+            n = max((len(g) for g in groups), default=self.world)
+        if name in ("stablehlo.send", "stablehlo.recv"):
+            n = max(n, 2)  # point to point: one peer
+        moved = link_share(name, n) * buffer
+        seconds = collective_seconds(name, buffer, n, self.target)
+        return OpCost(name, 0.0, moved, seconds, "link" if seconds else "free")
 
     def _vector_rate(self, tensors: list[tuple[int, int, Any]]) -> float:
         """VectorE perf mode needs 16-bit data throughout: 16-bit rate only when no operand or
@@ -344,7 +454,8 @@ def estimate_module(text: str, target: TrainiumTarget | str = "trn2", lnc: int =
         }
         if "main" not in funcs:
             raise ValueError("the module has no @main function")
-        ops = tuple(_Walker(t, lnc, funcs).block(funcs["main"].regions[0].blocks[0]))
+        world = module_world(text) or 1
+        ops = tuple(_Walker(t, lnc, funcs, world).block(funcs["main"].regions[0].blocks[0]))
     return ModuleCost(
         target=t.name,
         lnc=lnc,

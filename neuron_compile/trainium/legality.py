@@ -25,7 +25,7 @@ import torch.fx as fx
 from .. import errors
 from ..lowering.lower_graph import LoweredGraph
 from ..lowering.registry import INT32, int64_value_beyond_int32
-from . import legality_conv, legality_ops, legality_windows
+from . import legality_collectives, legality_conv, legality_ops, legality_windows
 from .cost_model import MATMUL_OPS, contraction_size, nbytes, tensors_in
 from .legality_base import Context, Rule, Violation, info, legality_rule
 from .legality_ops import check_integer_datapath, is_integer_tensor
@@ -464,6 +464,7 @@ RULES: tuple[Rule, ...] = (
     *legality_conv.RULES,
     *legality_windows.RULES,
     *legality_ops.RULES,
+    *legality_collectives.RULES,
     check_index_range,
     check_hbm,
     check_graph_size,

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from typing import Any
 
 from .. import artifact as artifact_mod
 from ..cache.binding import NEFF_FILE
-from ..warn_once import first_time, once_set
+from ..warn_once import first_time, once_set, warn
 from . import neuronx_cc, precompile
 
 log = logging.getLogger(__name__)
@@ -26,7 +25,7 @@ def _say_once(key: str, message: str) -> None:
     if not first_time(_said, key):
         return
     log.info(message)
-    warnings.warn(f"neuron-compile: {message}", UserWarning, stacklevel=4)
+    warn(f"neuron-compile: {message}", UserWarning, stacklevel=4)
 
 
 def neff_key(

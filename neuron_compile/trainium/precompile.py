@@ -16,6 +16,12 @@
 
 Failed graphs can be retried alone from the collected jobs, without rerunning the script:
 ``neuron-compile precompile --from DIR --only GRAPH --retry-failed``.
+
+``--nproc-per-node N`` collects from a distributed script: it runs under torchrun as N ranks
+(``report/ranks.py``), all writing jobs into the one collection directory. A job is keyed by its
+NEFF cache key, so a graph every rank compiles is one job, compiled once; each rank that
+produced it leaves a marker (``jobs/<key>.rank<k>``), and the report lists each distinct graph
+once with its ranks.
 """
 
 from __future__ import annotations
@@ -46,9 +52,13 @@ def collect_dir() -> Path | None:
 
 
 def record_job(root: Path, job: NeffJob, data: bytes, *, cached_neff_bytes: int) -> None:
-    """Write one collected job (``jobs/<key>.json`` + its input bytes); idempotent per key."""
+    """Write one collected job (``jobs/<key>.json`` + its input bytes) and this rank's marker
+    (``jobs/<key>.rank<k>``); idempotent per key, so ranks producing one graph share its job."""
+    from ..report.ranks import process_rank
+
     jobs = root / "jobs"
     jobs.mkdir(parents=True, exist_ok=True)
+    (jobs / f"{job.key}.rank{process_rank()[0]}").touch()
     inp = jobs / f"{job.key}.{job.input_name}"
     tmp = inp.with_name(f".{inp.name}.{os.getpid()}")
     tmp.write_bytes(data)
@@ -67,9 +77,13 @@ def record_job(root: Path, job: NeffJob, data: bytes, *, cached_neff_bytes: int)
 
 
 def load_jobs(root: Path) -> list[dict[str, Any]]:
+    """Collected jobs, one per key, each with ``ranks``: the ranks that produced it."""
     out = []
     for path in sorted((root / "jobs").glob("*.json")):
-        out.append(json.loads(path.read_text()))
+        job = json.loads(path.read_text())
+        markers = path.parent.glob(f"{job['key']}.rank*")
+        job["ranks"] = sorted(int(m.suffix.removeprefix(".rank")) for m in markers)
+        out.append(job)
     return sorted(out, key=lambda j: (j["graph_name"], j["key"]))
 
 
@@ -112,11 +126,22 @@ class Progress:
 
 
 def run_script(
-    script: str, script_args: list[str], root: Path, target: str, env_extra: dict
+    script: str,
+    script_args: list[str],
+    root: Path,
+    target: str,
+    env_extra: dict,
+    nproc_per_node: int | None = None,
 ) -> int:
-    """Phase 1: run the user's script in graph-collection mode; returns its exit status."""
-    env = {**os.environ, ENV_COLLECT: str(root), "NEURON_COMPILE_TARGET": target, **env_extra}
-    return subprocess.run([sys.executable, script, *script_args], env=env, check=False).returncode
+    """Phase 1: run the user's script in graph-collection mode (as ``nproc_per_node`` ranks
+    under torchrun when given); returns its exit status."""
+    env = {ENV_COLLECT: str(root), "NEURON_COMPILE_TARGET": target, **env_extra}
+    if nproc_per_node:
+        from ..report.ranks import run_ranks
+
+        return run_ranks(nproc_per_node, [script, *script_args], env)
+    command = [sys.executable, script, *script_args]
+    return subprocess.run(command, env={**os.environ, **env}, check=False).returncode
 
 
 def compile_jobs(
@@ -171,19 +196,30 @@ def summarize(results: list[NeffResult]) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any], stream: Any = None) -> None:
+    from ..report.model import format_ranks
+
     stream = stream or sys.stdout
     rows = report["graphs"]
-    print(f"{'graph':<44} {'status':<15} {'seconds':>8} {'NEFF bytes':>11}  error", file=stream)
+    ranked = report.get("world_size", 1) > 1  # each distinct graph once, with its ranks
+    print(
+        f"{'graph':<44} {'status':<15} {'seconds':>8} {'NEFF bytes':>11}"
+        + (f"  {'ranks':<8}" if ranked else "")
+        + "  error",
+        file=stream,
+    )
     for r in rows:
         err = " ".join(x for x in (r["error_code"], r["ncc_code"], r["triage"]) if x)
+        ranks = f"  {format_ranks(r.get('ranks', [])) or '-':<8}" if ranked else ""
         print(
             f"{r['graph_name']:<44} {r['status']:<15} {r['seconds']:>8.2f} "
-            f"{r['neff_bytes']:>11,}  {err}",
+            f"{r['neff_bytes']:>11,}{ranks}  {err}",
             file=stream,
         )
     s = report["summary"]
     print(
-        f"{s['graphs']} graphs for {report['target']}: "
+        f"{s['graphs']} graphs for {report['target']}"
+        + (f" (distinct over {report['world_size']} ranks)" if ranked else "")
+        + ": "
         + ", ".join(f"{v} {k}" for k, v in sorted(s["counts"].items()))
         + f"; cache hit rate {100 * s['cache_hit_rate']:.0f} %; {report['workers']} workers; "
         f"collection {report['collect_seconds']:.1f} s, compile {report['compile_seconds']:.1f} s",
@@ -223,6 +259,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--retry-failed", action="store_true", help="ignore cached failures (negative entries)"
     )
+    p.add_argument(
+        "--nproc-per-node",
+        type=int,
+        metavar="N",
+        help="run the script as N ranks under torchrun (torch.distributed); each distinct graph "
+        "is compiled once and reported with the ranks that produced it",
+    )
     p.add_argument("--report", help="also write the JSON report here")
     p.add_argument("--json", dest="json_out", action="store_true", help="print the JSON report")
     p.set_defaults(run=main)
@@ -237,6 +280,9 @@ def main(args: argparse.Namespace, as_json: bool = False) -> int:
             "neuron-compile precompile: neuronx-cc not found (PATH or NEURON_COMPILE_NEURONX_CC)",
             file=sys.stderr,
         )
+        return 2
+    if args.nproc_per_node is not None and args.nproc_per_node < 1:
+        print("neuron-compile precompile: --nproc-per-node must be >= 1", file=sys.stderr)
         return 2
     if args.retry_failed:
         os.environ["NEURON_COMPILE_CACHE_RETRY_FAILED"] = "1"
@@ -256,7 +302,7 @@ def main(args: argparse.Namespace, as_json: bool = False) -> int:
         t = time.perf_counter()
         script_args = [*args.script_args, *shlex.split(args.args_str)]
         print(f"collecting graphs: {shlex.join([args.script, *script_args])}", file=sys.stderr)
-        status = run_script(args.script, script_args, root, args.target, extra)
+        status = run_script(args.script, script_args, root, args.target, extra, args.nproc_per_node)
         collect_s = time.perf_counter() - t
         if status != 0:
             print(
@@ -274,16 +320,19 @@ def main(args: argparse.Namespace, as_json: bool = False) -> int:
     print(f"{len(jobs)} graphs collected, {todo} to compile, {workers} workers", file=sys.stderr)
     t = time.perf_counter()
     results = compile_jobs(jobs, workers, Progress(len(jobs)))
+    ranks = {j["key"]: j.get("ranks", []) for j in jobs}
     report = {
         "target": args.target,
         "script": args.script,
         "collect_dir": str(root),
         "script_status": status,
+        "world_size": args.nproc_per_node
+        or max((max(r) + 1 for r in ranks.values() if r), default=1),
         "workers": workers,
         "collect_seconds": round(collect_s, 3),
         "compile_seconds": round(time.perf_counter() - t, 3),
         "summary": summarize(results),
-        "graphs": [asdict(r) for r in results],
+        "graphs": [{**asdict(r), "ranks": ranks.get(r.key, [])} for r in results],
     }
     text = json.dumps(report, indent=2)
     (root / "report.json").write_text(text)

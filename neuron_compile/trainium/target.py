@@ -76,6 +76,78 @@ _BASE_DTYPES = (
 )
 
 
+# ---- collectives: what the targets accept, and how fast their links are -------------------------
+
+#: The StableHLO collectives documented for trn2/trn3: TorchNeuron compiles
+#: ``_c10d_functional`` all_reduce / all_gather_into_tensor / reduce_scatter_tensor /
+#: all_to_all_single into the NEFF as these ops (``../shared/reference/torchneuron.md`` §9 [SRC]);
+#: the Neuron collectives runtime benchmarks the same four (nccom-test ``allr``/``allg``/
+#: ``redsct``/``alltoall``, https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/
+#: neuron-sys-tools/nccom-test.html); ``nki.collectives`` exposes them on Trn2/Trn3
+#: (https://awsdocs-neuron.readthedocs-hosted.com/en/v2.30.0/nki/api/nki.collectives.html).
+DOCUMENTED_COLLECTIVES = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all"})
+
+#: Collectives only a secondary source restricts: ``torchneuron.md`` §9 marks "no
+#: send/recv/collective_permute" and "broadcast not functional" as [3P] (third-party write-ups,
+#: unverified), and ``nki.collectives`` documents a ``collective_permute`` on Trn2/Trn3, which
+#: contradicts the first. Unverified, so legality warns (never raises) on them.
+UNVERIFIED_COLLECTIVES: dict[str, str] = {
+    "collective_permute": "no send/recv/collective_permute",
+    "send": "no send/recv/collective_permute",
+    "recv": "no send/recv/collective_permute",
+    "collective_broadcast": "broadcast not functional",
+}
+
+#: Element types (MLIR names) the collectives move: nccom-test's data types "uint8, int8, uint16,
+#: int16, fp16, bf16, int32, uint32, fp32"
+#: (https://awsdocs-neuron.readthedocs-hosted.com/en/v1.12.0/tools/neuron-sys-tools/nccom-test.html,
+#: a Trn1/Inf2-era page; that trn2/trn3 keep exactly this list is unverified). No 64-bit type is
+#: listed: f64/i64/ui64 collectives are errors (integer all-reduce/reduce-scatter still follow
+#: ``--implicit-integer-downcast``, NCC_EVRF061/063).
+COLLECTIVE_DTYPES = frozenset({"ui8", "i8", "ui16", "i16", "f16", "bf16", "i32", "ui32", "f32"})
+#: Types no source lists for collectives but the target computes with: a warning, not an error.
+#: fp8 (FSDP float8 all-gathers) and pred (bool) are unverified.
+UNVERIFIED_COLLECTIVE_DTYPES = frozenset({"f8E5M2", "i1"})
+
+#: [3P] "replica groups 4/8/16/32-aligned" (``torchneuron.md`` §9, unverified). We read it as a
+#: group size that is a power of two of at least 4 (4, 8, 16, 32, and the 64 ranks of a
+#: trn2.48xlarge at LNC=2); anything else warns.
+ALIGNED_GROUP_MIN = 4
+
+
+@dataclass(frozen=True)
+class CollectiveSupport:
+    """Which collectives (StableHLO op names without ``stablehlo.``) and element types a target's
+    collectives take; ``unverified*`` entries warn instead of raising; ``source`` says where each
+    fact comes from and which are unverified."""
+
+    ops: frozenset[str] = frozenset()
+    dtypes: frozenset[str] = frozenset()
+    unverified_ops: dict[str, str] = field(default_factory=dict)
+    unverified_dtypes: frozenset[str] = frozenset()
+    aligned_group_min: int = ALIGNED_GROUP_MIN
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class LinkBandwidth:
+    """Bytes/s one chip sends over its collective links: ``intra_node`` between the chips of one
+    instance (NeuronLink), ``inter_node`` between instances (EFA, the instance's bandwidth shared
+    by its chips). ``chips_per_node``: groups up to this size stay on NeuronLink."""
+
+    intra_node: float = 0.0
+    inter_node: float = 0.0
+    chips_per_node: int = 1
+    source: str = ""
+
+
+_COLLECTIVES_SOURCE = (
+    "ops: torchneuron.md §9 [SRC] + nccom-test + nki.collectives; dtypes: nccom-test's list "
+    "(Trn1-era page; unverified for trn2/trn3); collective_permute/send/recv/collective_broadcast "
+    "and the 4/8/16/32 alignment: torchneuron.md §9 [3P], unverified; fp8/pred: unverified"
+)
+
+
 @dataclass(frozen=True)
 class TileLimits:
     """NKI / hardware tile limits (``nki.language.tile_size``; docs/trainium-reference.md §R3)."""
@@ -119,6 +191,10 @@ class TrainiumTarget(Target):
     max_instructions: int = 0
     #: Physical cores per chip.
     cores_per_chip: int = 8
+    #: Collectives and element types the target accepts (legality_collectives.py).
+    collectives: CollectiveSupport = field(default_factory=CollectiveSupport)
+    #: Collective link bandwidth per chip (cost_model.py's collective term).
+    links: LinkBandwidth = field(default_factory=LinkBandwidth)
 
     # ---- the Target hooks --------------------------------------------------------------------
     def resolve_lnc(self, lnc: int | None) -> int:
@@ -231,6 +307,24 @@ TRN2 = TrainiumTarget(
     peak_flops={"bfloat16": 79e12, "float16": 79e12, "float8": 158e12, "float32": 20e12},
     hbm_bandwidth=0.36e12,
     max_instructions=5_000_000,
+    collectives=CollectiveSupport(
+        ops=DOCUMENTED_COLLECTIVES,
+        dtypes=COLLECTIVE_DTYPES,
+        unverified_ops=UNVERIFIED_COLLECTIVES,
+        unverified_dtypes=UNVERIFIED_COLLECTIVE_DTYPES,
+        source=_COLLECTIVES_SOURCE,
+    ),
+    # trn2.48xlarge: 16 chips in a 4x4 torus, NeuronLink-v3 1,024 GB/s per chip intra-instance
+    # (the chip page says 1.28 TB/s chip-to-chip), EFAv3 3,200 Gbps per instance = 25 GB/s per
+    # chip. https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-hardware/
+    # trn2-arch.html (instance table; values as trainium-nki.md §1.3 quotes it).
+    links=LinkBandwidth(
+        intra_node=1024e9,
+        inter_node=3200e9 / 8 / 16,
+        chips_per_node=16,
+        source="trn2-arch.html instance table: NeuronLink-v3 1,024 GB/s per chip, EFAv3 "
+        "3,200 Gbps per 16-chip instance",
+    ),
 )
 # Trn3 (NeuronCore-v4): 144 GiB HBM / 8 cores; 79 TF BF16, 315 TF MXFP8, 20 TF FP32 per
 # core; HBM share min(4.9 TB/s / 8, DMA cap 0.528 TB/s). Adds native OCP F8E4M3FN.
@@ -252,4 +346,24 @@ TRN3 = TrainiumTarget(
     },
     hbm_bandwidth=0.53e12,
     max_instructions=5_000_000,
+    collectives=CollectiveSupport(
+        ops=DOCUMENTED_COLLECTIVES,
+        dtypes=COLLECTIVE_DTYPES,
+        unverified_ops=UNVERIFIED_COLLECTIVES,
+        unverified_dtypes=UNVERIFIED_COLLECTIVE_DTYPES | {"f8E4M3FN"},  # native on trn3 only
+        source=_COLLECTIVES_SOURCE,
+    ),
+    # Trn3 Gen1 UltraServer: 16 chips per server; NeuronLink-v4 2.56 TB/s per device (chip page,
+    # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/about-neuron/arch/neuron-hardware/
+    # trainium3.html); EFA 12,800 Gbps per 64-chip UltraServer = 25 GB/s per chip (trn3-arch.html,
+    # as trainium-nki.md §1.3 quotes it). Unverified: the trn3 instance table gives 2,048 GiB/s
+    # per device and the fabric section 256 GB/s per chip intra-server; which one a ring sees is
+    # not documented.
+    links=LinkBandwidth(
+        intra_node=2.56e12,
+        inter_node=12800e9 / 8 / 64,
+        chips_per_node=16,
+        source="trainium3 chip page: NeuronLink-v4 2.56 TB/s per device; trn3-arch: EFA 12,800 "
+        "Gbps per 64-chip Gen1 UltraServer (unverified: 2,048 GiB/s / 256 GB/s per chip elsewhere)",
+    ),
 )

@@ -43,7 +43,7 @@ def main(port: int, rank: int) -> None:
         x = torch.arange(3 + rank, dtype=torch.float32) - 2 * rank
         eager = mean_global(x)
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # FallbackWarning: collectives run eagerly
+            warnings.simplefilter("error")  # collectives compile now: no FallbackWarning
             compiled_fn = torch.compile(mean_global, backend="neuron")
             compiled = [compiled_fn(x) for _ in range(2)]  # the first call compiles
         line = {

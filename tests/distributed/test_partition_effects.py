@@ -3,6 +3,10 @@
 The partitioner places a region where its last node was and then sorts the graph; a region that
 spans a collective drags the collectives after it, and two collectives can swap. Collectives are
 therefore barriers no region crosses, and the fallback runs the graph's nodes in order.
+
+Collectives are lowered now (issue 20); one that is not (a group whose partition is unknown, an
+uneven all_to_all) still runs eagerly. These tests take the lowerings of ``all_reduce`` and
+``wait_tensor`` away to be that collective.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from neuron_compile import partition as partition_mod
 from neuron_compile.compiler import compile_graph
 from neuron_compile.config import NeuronConfig
 from neuron_compile.fallback import FallbackRunner
+from neuron_compile.lowering import registry
 from neuron_compile.passes.effects import communicates
 from tests.distributed.group import single_rank_group
 
@@ -27,9 +32,17 @@ c10d = torch.ops._c10d_functional
 
 
 @pytest.fixture(scope="module")
-def group() -> str:
+def world_group() -> str:
     with single_rank_group() as name:
         yield name
+
+
+@pytest.fixture
+def group(world_group: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The world group, with ``all_reduce`` and ``wait_tensor`` left without a lowering."""
+    for op in (c10d.all_reduce.default, c10d.wait_tensor.default):
+        monkeypatch.delitem(registry._LOWERINGS, (op, registry.REFERENCE))
+    return world_group
 
 
 def _two_reductions(group: str):
@@ -97,7 +110,7 @@ def test_fallback_runs_collectives_in_graph_order(group: str) -> None:
     x = torch.randn(4)
     gm = make_fx(fn, tracing_mode="fake")(x)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the FallbackWarning: collectives have no lowering yet
+        warnings.simplefilter("ignore")  # the FallbackWarning: these collectives run eagerly
         runner = compile_graph(gm, [x], name="two_reductions", kind="inference", cfg=NeuronConfig())
     assert isinstance(runner, FallbackRunner)
     log = _CollectiveLog()

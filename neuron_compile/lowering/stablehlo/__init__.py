@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     attention,
     batch_norm,
     bessel,
+    collectives,
     conv,
     decomposed,
     distance,
