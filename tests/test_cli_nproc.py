@@ -243,3 +243,24 @@ def test_four_ranks_sharing_one_cache_compile_each_key_once(tmp_path):
     # the cache's own count of compiles under its key locks: one artifact and one NEFF per key
     assert sum(doc["cache"]["compiles"] for doc in ranks.values()) == 2 * len(sources)
     assert len(_double_compiles(tmp_path)) == len(sources)  # one neuronx-cc run per key
+
+
+def test_precompile_the_tp_fsdp_example_on_four_ranks(tmp_path):
+    """Issue 20's command: ``neuron-compile precompile --nproc-per-node 4
+    examples/train_tp_fsdp.py --target trn2`` against the neuronx-cc double. Each distinct graph
+    is compiled once; graphs whose modules differ by rank (each rank's own embedding offset)
+    are distinct, and the report says which ranks had each."""
+    collect = tmp_path / "collect"
+    example = ROOT / "examples" / "train_tp_fsdp.py"
+    command = [sys.executable, "-m", "neuron_compile", "precompile", str(example)]
+    command += ["--target", "trn2", "--nproc-per-node", "4", "--dir", str(collect), "--jobs", "1"]
+    command += ["--", "--steps", "1"]
+    run = _run(command, _env(tmp_path, **_double_env(tmp_path)), timeout=400)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    report = json.loads((collect / "report.json").read_text())
+    rows = report["graphs"]
+    assert report["world_size"] == 4 and report["summary"]["counts"] == {"compiled": len(rows)}
+    assert len({r["key"] for r in rows}) == len(rows)  # each distinct graph once
+    assert sorted({rank for r in rows for rank in r["ranks"]}) == [0, 1, 2, 3]
+    assert len(_double_compiles(tmp_path)) == len(rows)  # ... and compiled once
+    assert "graphs for trn2 (distinct over 4 ranks)" in run.stdout

@@ -218,20 +218,19 @@ def _tensor(value: Any) -> tuple[int, int, Any] | None:
 
 # ---- collectives ------------------------------------------------------------------------------
 
-#: StableHLO collectives the cost model prices by link time (``collective_seconds``).
-COLLECTIVE_OPS: frozenset[str] = frozenset(
-    f"stablehlo.{name}"
-    for name in (
-        "all_reduce",
-        "all_gather",
-        "reduce_scatter",
-        "all_to_all",
-        "collective_permute",
-        "collective_broadcast",
-        "send",
-        "recv",
-    )
+#: Every StableHLO collective (``stablehlo.`` dropped), documented for Trainium or not.
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "collective_permute",
+    "collective_broadcast",
+    "send",
+    "recv",
 )
+#: The collectives the cost model prices by link time (``collective_seconds``).
+COLLECTIVE_OPS: frozenset[str] = frozenset(f"stablehlo.{name}" for name in COLLECTIVES)
 _MODULE_INT_ATTR = r"{}\s*=\s*(\d+)"
 _DENSE_SHAPE = re.compile(r"tensor<(\d+)x(\d+)xi64>")
 

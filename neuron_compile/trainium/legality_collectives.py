@@ -41,20 +41,9 @@ import torch.fx as fx
 from .. import errors
 from ..lowering.lower_graph import LoweredGraph
 from ..warn_once import once_set, warn_once
-from .cost_model import module_world, replica_groups
+from .cost_model import COLLECTIVES, module_world, replica_groups
 from .legality_base import Context, HloOp, Rule, Violation, legality_rule, ops_named
 
-#: Every StableHLO collective (``stablehlo.`` dropped), documented or not.
-COLLECTIVES = (
-    "all_reduce",
-    "all_gather",
-    "reduce_scatter",
-    "all_to_all",
-    "collective_permute",
-    "collective_broadcast",
-    "send",
-    "recv",
-)
 #: Ops whose ``replica_groups`` must partition the world. collective_permute names
 #: source-target pairs, and send/recv name a channel. Neither has groups.
 _GROUPED = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "collective_broadcast")

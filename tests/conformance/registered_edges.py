@@ -51,7 +51,36 @@ EMPTY, SCALAR = _f(0, 3), _f()
 I_EMPTY, I_SCALAR = _f(0, 3, dtype=torch.int32), _f(dtype=torch.int32)
 
 #: Registered ops an OpInfo entry reaches under another name, or our own plumbing.
+#: The functional collectives: each needs real ranks, checked against eager bit for bit by
+#: tests/distributed/test_collectives.py (every op, reduce op, group shape) and the settings tests.
+_COLLECTIVES_TESTED = "tests/distributed/test_collectives.py (real gloo ranks)"
+
 REACHED_BY: dict[str, str] = {
+    **{
+        f"{ns}.{op}.default": _COLLECTIVES_TESTED
+        for ns, ops in (
+            (
+                "_c10d_functional",
+                (
+                    "all_reduce",
+                    "all_reduce_coalesced",
+                    "all_gather_into_tensor",
+                    "all_gather_into_tensor_coalesced",
+                    "reduce_scatter_tensor",
+                    "reduce_scatter_tensor_coalesced",
+                    "all_to_all_single",
+                    "broadcast",
+                    "wait_tensor",
+                    "_wrap_tensor_autograd",
+                ),
+            ),
+            (
+                "_c10d_functional_autograd",
+                ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single"),
+            ),
+        )
+        for op in ops
+    },
     "aten._batch_norm_with_update_functional.default": "nn.functional.batch_norm (training)",
     "aten._native_batch_norm_legit_functional.default": "nn.functional.batch_norm (training)",
     "aten._native_batch_norm_legit_no_training.default": "nn.functional.batch_norm (eval)",

@@ -43,7 +43,16 @@ def world_ops(group: dist.ProcessGroup) -> Callable[..., tuple[torch.Tensor, ...
         b = funcol.broadcast(x + 3, 1, group)
         a2a = funcol.all_to_all_single(g, None, None, group)
         ni = funcol.all_reduce(n, "sum", group)
-        return s, mx, mn, p, avg, g, rs, b, a2a, ni
+        coalesced = [
+            *funcol.all_reduce_coalesced([x, x * 3], "sum", group),
+            *funcol.all_gather_into_tensor_coalesced([x, x - 2], group),
+            *funcol.reduce_scatter_tensor_coalesced([g, g + 1], "sum", [0, 0], group),
+        ]
+        autograd_forms = [  # the forward of the autograd-aware ops
+            funcol.reduce_scatter_tensor_autograd(g, "sum", 0, group),
+            funcol.all_to_all_single_autograd(g, None, None, group),
+        ]
+        return s, mx, mn, p, avg, g, rs, b, a2a, ni, *coalesced, *autograd_forms
 
     return fn
 

@@ -31,13 +31,14 @@ def _check(lines: list[dict], outputs: int, graphs: int) -> None:
 
 def test_every_collective_matches_eager_on_two_ranks() -> None:
     lines = run_ranks(WORKER, ["world"], 2)
-    _check(lines, outputs=10, graphs=1)
+    _check(lines, outputs=18, graphs=1)
     for line in lines:
         # all_reduce x5 (sum, max, min, product, avg), all_gather, reduce_scatter, broadcast (an
-        # all_gather), all_to_all, the int64 sum: all over the world group
-        assert line["groups"] == [[[0, 1]]] * 10, line
-        assert line["dtypes"][-1] == "torch.int64"  # narrowed inside, int64 again outside
-        counts = {"all_reduce": 6, "all_gather": 2, "reduce_scatter": 1, "all_to_all": 1}
+        # all_gather), all_to_all, the int64 sum, then the three coalesced ops (two tensors
+        # each) and the autograd forms of reduce_scatter and all_to_all: all over the world
+        assert line["groups"] == [[[0, 1]]] * 18, line
+        assert line["dtypes"][9] == "torch.int64"  # narrowed inside, int64 again outside
+        counts = {"all_reduce": 8, "all_gather": 4, "reduce_scatter": 4, "all_to_all": 2}
         assert line["collectives"] == [counts], line  # GraphRecord.collectives
 
 
@@ -52,7 +53,7 @@ def test_warm_cache_runs_the_stored_executables(tmp_path: Path) -> None:
     env = {"NEURON_COMPILE_CACHE_DIR": str(tmp_path)}
     cold = run_ranks(WORKER, ["world"], 2, env=env)
     warm = run_ranks(WORKER, ["world"], 2, env=env)
-    _check(cold + warm, outputs=10, graphs=1)
+    _check(cold + warm, outputs=18, graphs=1)
     assert [line["sources"] for line in cold] != [["disk"], ["disk"]]
     assert [line["sources"] for line in warm] == [["disk"], ["disk"]]
 

@@ -96,9 +96,9 @@ def test_executed_artifact_is_the_serialized_portable_artifact(monkeypatch):
     seen: list[bytes] = []
     original = xla_cpu.XlaCpuExecutable.__init__
 
-    def spy(self, art):
+    def spy(self, art, **kwargs):
         seen.append(art)
-        original(self, art)
+        original(self, art, **kwargs)
 
     monkeypatch.setattr(xla_cpu.XlaCpuExecutable, "__init__", spy)
     executable_cache.clear()

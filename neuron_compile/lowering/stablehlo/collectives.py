@@ -52,8 +52,10 @@ def _reduce_reason(reduce_op: object, dtype: torch.dtype) -> str | None:
     return None
 
 
-def _input_dtype(node: fx.Node) -> torch.dtype:
-    return node.args[0].meta["val"].dtype
+def _input_dtypes(node: fx.Node) -> list[torch.dtype]:
+    """The dtypes of the collective's input (a list of them for the ``_coalesced`` forms)."""
+    inputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+    return [x.meta["val"].dtype for x in inputs]
 
 
 def _supports_group_at(index: int):
@@ -65,9 +67,11 @@ def _supports_group_at(index: int):
 
 def _supports_reduction(op_index: int, group_index: int):
     def supports(node: fx.Node) -> str | None:
-        return _reduce_reason(node.args[op_index], _input_dtype(node)) or _groups_reason(
-            node.args[group_index]
-        )
+        for dtype in _input_dtypes(node):
+            reason = _reduce_reason(node.args[op_index], dtype)
+            if reason is not None:
+                return reason
+        return _groups_reason(node.args[group_index])
 
     return supports
 
