@@ -55,13 +55,22 @@ def group_ranks(group_name: str) -> tuple[int, ...]:
 def replica_groups(group_name: str) -> Groups:
     """The partition of the world ``group_name`` belongs to (see the module docstring)."""
     _, size = world()
-    return _partition(group_name, group_ranks(group_name), size)
+    return _partition(group_name, group_ranks(group_name), size, _world_token())
+
+
+def _world_token() -> int:
+    """Tells worlds apart: each ``init_process_group`` makes a new default group object."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_initialized():
+        return 0
+    return id(dist.distributed_c10d._get_default_group())
 
 
 @lru_cache(maxsize=256)
-def _partition(group_name: str, own: tuple[int, ...], world_size: int) -> Groups:
-    # Cached with the group's own ranks in the key: a name reused by a later world with other
-    # ranks misses; resolving a mesh group scans the live objects, once per group.
+def _partition(group_name: str, own: tuple[int, ...], world_size: int, _world: int) -> Groups:
+    # Cached per world (``_world``): c10d reuses group names after destroy_process_group, and
+    # resolving a mesh group scans the live objects, once per group and world.
     if len(own) == world_size:
         return (own,)
     for source, groups in ((_mesh_groups, "a DeviceMesh"), (_translated_groups, "translates")):
