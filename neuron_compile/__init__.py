@@ -20,6 +20,7 @@ from .backend import neuron_backend  # noqa: E402
 from .config import NeuronConfig, load_config  # noqa: E402
 from .errors import NeuronCompileError  # noqa: E402
 from .fallback import clear_fallback_ops, get_fallback_ops  # noqa: E402
+from .frames import EagerFrame, eager_frames  # noqa: E402
 from .metrics import BucketRecord, GraphRecord, bucket_metrics, metrics, reset_metrics  # noqa: E402
 from .shapes import RecompileWarning, mark_warmup_done, recompiles  # noqa: E402
 from .state import reset  # noqa: E402
@@ -51,6 +52,7 @@ _configure_logging()
 
 __all__ = [
     "BucketRecord",
+    "EagerFrame",
     "GraphRecord",
     "NeuronCompileError",
     "NeuronConfig",
@@ -58,6 +60,7 @@ __all__ = [
     "__version__",
     "bucket_metrics",
     "clear_fallback_ops",
+    "eager_frames",
     "get_fallback_ops",
     "load_config",
     "mark_warmup_done",

@@ -15,7 +15,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -25,11 +25,11 @@ from . import events, registration
 from .capture import decomposition_table, saving_random_ops
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
-from .errors import DynamicShapeError
+from .errors import DynamicShapeError, NeuronCompileError, through_dynamo
+from .narrowing import user_name
 from .saved import partition_with_link
 from .shapes import (
     ShapeSpecializer,
-    describe_symbolic,
     frame_key,
     input_specs,
     note_compile,
@@ -51,7 +51,7 @@ def _warn_once(key: str, message: str) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    warn(message, UserWarning, stacklevel=3)
+    warn(message)
 
 
 def _frame_owner() -> tuple[str, torch.nn.Module | None]:
@@ -110,6 +110,38 @@ def _input_names(gm: fx.GraphModule) -> list[str]:
         source if source and isinstance(node.meta.get("example_value"), torch.Tensor) else node.name
         for source, node in zip(_input_sources(gm), nodes, strict=True)
     ]
+
+
+def _symbolic_in_user_terms(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[str]:
+    """``x dim 0 (s77)`` per dim that is still a symbol (a dim a guard pinned to one size, shown
+    as ``8``, is static), and ``n (s3)`` per symbolic int input, in the user's names."""
+    sources = _input_sources(gm)
+    described = []
+    for index, fx_name, dim, symbol in symbolic_dims(gm, example_inputs):
+        source = sources[index] if index < len(sources) else None
+        if symbol.lstrip("-").isdigit() or (dim is None and source and ".size()" in source):
+            continue  # specialized, or the size of a tensor input listed by its dim
+        name = user_name(source) if source else fx_name
+        described.append(
+            f"{name} dim {dim} ({symbol})" if dim is not None else f"{name} ({symbol})"
+        )
+    return described
+
+
+def _errors_read_first(entry: Callable[..., Any]) -> Callable[..., Any]:
+    """``entry`` with our errors leaving Dynamo as themselves, their message first and their
+    traceback starting at ``entry`` (``errors.through_dynamo``)."""
+
+    @functools.wraps(entry)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return entry(*args, **kwargs)
+        except NeuronCompileError as err:
+            tb = err.__traceback__  # this wrapper's frame, then entry's
+            through_dynamo(err, tb.tb_next.tb_frame if tb is not None and tb.tb_next else None)
+            raise
+
+    return wrapper
 
 
 def _label_user_inputs(fx_gm: fx.GraphModule, sources: list[str | None], kind: str) -> None:
@@ -187,7 +219,8 @@ def compile_frame(
             return aot_cache.wrap(compile_now(), fx_gm, kind, cfg)
 
         compile_one.__name__ = f"neuron_{kind}_compiler"
-        return compile_one
+        # A backward compiles at loss.backward(), outside Dynamo: its errors need no disguise.
+        return compile_one if kind == "backward" else _errors_read_first(compile_one)
 
     partition_fn = partition_with_link(saving_random_ops(default_partition))
     fw_compiler: Any = compiler_for("forward")
@@ -250,11 +283,11 @@ def _run_nested_eagerly(
     warn(
         f"neuron-compile: {model} runs eagerly on the CPU: {what} has no static shape; {hint}",
         FallbackWarning,
-        stacklevel=2,
     )
     return gm.forward
 
 
+@_errors_read_first
 def neuron_backend(
     gm: fx.GraphModule,
     example_inputs: Sequence[Any],
@@ -285,13 +318,20 @@ def neuron_backend(
     ]
     if nested:
         return _run_nested_eagerly(gm, model, nested, cfg)
-    dims = symbolic_dims(gm, example_inputs)
-    if dims:
-        symbolic = describe_symbolic(dims)
-        requested = requested_dynamic(gm, example_inputs, symbolic)
+    symbolic = _symbolic_in_user_terms(gm, example_inputs)
+    if symbolic:  # else every symbolic dim was pinned to one size: a static graph
+        requested = requested_dynamic(gm, example_inputs, ", ".join(symbolic))
         if requested is not None:
+            import torch._dynamo.config as dynamo_config
+
+            # dynamic=True patches assume_static_by_default=False around the frame's compile
+            asked = (
+                "torch._dynamo.mark_dynamic"
+                if dynamo_config.assume_static_by_default
+                else "torch.compile(dynamic=True)"
+            )
             raise DynamicShapeError(
-                f"dynamic shapes are not supported ({requested})",
+                f"dynamic shapes are not supported ({asked} made {', '.join(symbolic)} symbolic)",
                 reason="Trainium's compiler needs every dimension static",
                 hint="use torch.compile(..., dynamic=False), do not call "
                 "torch._dynamo.mark_dynamic, and pad variable dimensions to a few fixed sizes "
@@ -299,7 +339,9 @@ def neuron_backend(
             )
         # Automatic dynamic (dynamic=None, a second shape seen): compile one static graph per
         # concrete shape instead of failing a user who simply called the model twice.
-        log.info("automatic dynamic shapes: specializing per concrete shape (%s)", symbolic)
+        log.info(
+            "automatic dynamic shapes: specializing per concrete shape (%s)", ", ".join(symbolic)
+        )
         return ShapeSpecializer(
             gm,
             cfg,

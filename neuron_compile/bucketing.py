@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from .metrics import record_bucket_hit
-from .shapes import bucket_for
+from .shapes import bucket_for, note_buckets
 
 IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
@@ -39,6 +39,7 @@ def _check_buckets(buckets: Sequence[int]) -> list[int]:
 def bucket_size(length: int, buckets: Sequence[int]) -> int:
     """The smallest bucket ``>= length``; ``ValueError`` if ``length`` exceeds the largest."""
     b = _check_buckets(buckets)
+    note_buckets(b)  # a warm-up compile into one of them is expected, not a RecompileWarning
     size = bucket_for(length, b)
     if size is None:
         raise ValueError(

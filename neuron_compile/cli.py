@@ -4,11 +4,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from .cache.maintenance import format_bytes
 from .targets import target_names
+
+
+def env_report(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``NEURON_COMPILE_*`` variables set in ``environ`` (default: this process's), every
+    known one with its value (None: unset), and, for a set name we do not read (a typo), the
+    closest known name."""
+    from .config import closest_env_var, known_env_vars
+
+    environ = dict(os.environ if environ is None else environ)
+    known = known_env_vars()
+    set_vars = {k: v for k, v in sorted(environ.items()) if k.startswith("NEURON_COMPILE_")}
+    unknown = {name: closest_env_var(name) for name in set_vars if name not in known}
+    return {
+        "set": set_vars,
+        "unknown": unknown,
+        "known": {name: environ.get(name) for name in known},
+    }
 
 
 def _info() -> dict[str, Any]:
@@ -19,18 +38,20 @@ def _info() -> dict[str, Any]:
     from .versions import versions
 
     cache = store.DiskCache.from_env(create=False)  # info only reads: it creates no directory
+    cache_info: dict[str, Any] = {"enabled": False}
+    if cache is not None:
+        entries, size = cache.usage()  # the walk `neuron-compile cache du` reports too
+        cache_info = {**cache.stats(scan=False), "entries": entries, "total_bytes": size}
+        cache_info["created"] = cache.root.is_dir()
     return {
         "versions": versions(),
         "executor": platform_version(),
         "backend_names": list(BACKEND_NAMES),
         "neuron_name_also_registered_by": other_registrations("neuron"),
+        "env": env_report(),
         "env_vars": {**ENV_VARS, "log": "NEURON_COMPILE_LOG"},
         "cache_env_vars": list(store.ENV_VARS),
-        "cache": (
-            {**cache.stats(), "created": cache.root.is_dir()}
-            if cache is not None
-            else {"enabled": False}
-        ),
+        "cache": cache_info,
     }
 
 
@@ -56,13 +77,26 @@ def _print_info(info: dict[str, Any]) -> None:
     if cache.get("enabled"):
         print(
             f"{'cache':16} {cache['root']}: {cache['entries']} entries, "
-            f"{cache['total_bytes'] / 2**20:.1f} of {cache['max_bytes'] / 2**30:.0f} GiB"
+            f"{format_bytes(cache['total_bytes'])} of {format_bytes(cache['max_bytes'])}"
             + (f"; remote {cache['remote']}" if cache.get("remote") else "")
         )
     elif cache.get("created") is False:
         print(f"{'cache':16} {cache['root']}: not created yet (the first compile creates it)")
     else:
         print(f"{'cache':16} off")
+    env = info["env"]
+    label = "env vars"
+    for name, value in env["set"].items():
+        unknown = name in env["unknown"]
+        hint = env["unknown"].get(name)
+        note = f"  (not read by neuron-compile{f'; did you mean {hint}?' if hint else ''})"
+        print(f"{label:16} {name}={value}{note if unknown else ''}")
+        label = ""
+    if not env["set"]:
+        print(
+            f"{label:16} no NEURON_COMPILE_* variable set "
+            f"(`neuron-compile info --json` lists all {len(env['known'])} known ones)"
+        )
     clash = info["neuron_name_also_registered_by"]
     if clash:
         print(
@@ -162,7 +196,8 @@ def _buckets_plan(args: argparse.Namespace, as_json: bool) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``neuron-compile`` argument parser, every subcommand included."""
     parser = argparse.ArgumentParser(
         prog="neuron-compile",
         description="torch.compile backend for AWS Trainium: lowers PyTorch graphs to StableHLO, "
@@ -170,7 +205,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON")
     sub = parser.add_subparsers(dest="command", required=True)
-    info = sub.add_parser("info", help="versions, executor, backend registration and env vars")
+    info_text = (
+        "versions, executor, backend registration, the cache (entries, size), and the "
+        "NEURON_COMPILE_* env vars that are set (--json: every known one, with its value)"
+    )
+    info = sub.add_parser("info", help=info_text, description=info_text)
     ops = sub.add_parser("ops", help="list the ops with a lowering, and each one's form")
     ops.add_argument(
         "--target",
@@ -187,11 +226,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="optimal bucket boundaries for observed lengths",
         description="Exact DP over the observed lengths; compares with powers of two and "
         "fixed-step buckets at the same number of buckets.",
+        epilog="LENGTHS: one positive integer per observed sequence (a length seen 100 times "
+        "is written 100 times), separated by spaces or newlines; '#' starts a comment. "
+        'Example: python -c "print(*map(len, dataset))" | neuron-compile buckets plan -',
     )
-    plan.add_argument("lengths", help="file of whitespace-separated lengths ('-': stdin)")
-    plan.add_argument("--max-buckets", type=int, default=8, metavar="K")
+    plan.add_argument(
+        "lengths", metavar="LENGTHS", help="file of observed sequence lengths ('-': stdin)"
+    )
+    plan.add_argument(
+        "--max-buckets", type=int, default=8, metavar="K", help="at most K buckets (default 8)"
+    )
     plan.add_argument("--align", type=int, default=1, help="boundaries are multiples of this")
-    plan.add_argument("--cost", choices=("linear", "attention"), default="linear")
+    plan.add_argument(
+        "--cost",
+        choices=("linear", "attention"),
+        default="linear",
+        help="waste measured in padded tokens (linear), or with the quadratic attention term",
+    )
     plan.add_argument("--plot", metavar="PNG", help="draw waste vs K (needs matplotlib)")
     plan.add_argument("--json", dest="json_out", action="store_true", help="print JSON")
     from .cache.cli import add_cache_parser
@@ -203,6 +254,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .report.check import add_check_parser
 
     add_check_parser(sub)  # `neuron-compile check TARGET`: CI compile report
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     target_args: list[str] = []
     if "--" in argv:  # `check TARGET [options] -- ARGS...`: ARGS go to the target untouched

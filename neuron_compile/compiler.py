@@ -21,7 +21,7 @@ import torch.fx as fx
 
 from . import artifact as artifact_mod
 from . import dump as _dump  # also subscribes: writes NEURON_COMPILE_DUMP_DIR on RegionCompiled
-from . import events
+from . import events, narrowing
 from .cache import executable_cache
 from .cache.binding import ARTIFACT_FILE, EXECUTABLE_FILE, INDEX_FILE, MODULE_FILE
 from .cache.fx_index import (
@@ -55,11 +55,14 @@ from .passes import pipeline_for, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
 from .saved import META_KEY
 from .targets import CompileJob, get_target
-from .warn_once import warn
+from .warn_once import NeuronCompileWarning, once_set, warn, warn_once
 
 log = logging.getLogger(__name__)
 
 _FRAME_ID = re.compile(r"_\d+_(forward|backward|inference)_")
+_GRAPH_SUFFIX = re.compile(r"_\d+_(forward|backward|inference)_\d+.*$")
+#: Models whose DowncastWarning was shown (once per model and run, not per graph).
+_DOWNCAST_WARNED: set = once_set(per_run=True)
 
 
 #: Suffix of the cache name of a trn graph's CPU stand-in (the references behind its kernels).
@@ -72,36 +75,43 @@ def cache_name(name: str) -> str:
     return _FRAME_ID.sub(r"_\1_", name)
 
 
-class DowncastWarning(UserWarning):
-    """float64 graph inputs run as float32 (the 64-bit policy)."""
+class DowncastWarning(NeuronCompileWarning):
+    """A model's float64 (int64) values run as float32 (int32): the 64-bit policy. Once per
+    model; int64 indices, BatchNorm's step counter and saved activations narrow exactly and are
+    not warned about (``narrowing``)."""
+
+
+#: Longest warning text: a user reads it in full.
+MAX_WARNING = 300
+
+
+def _model_of(name: str) -> str:
+    """The model a graph belongs to: ``TinyGPT_0_backward_1`` -> ``TinyGPT``."""
+    return _GRAPH_SUFFIX.sub("", name)
 
 
 def _warn_downcasts(name: str, downcasts: list[str], cfg: NeuronConfig) -> None:
-    """One warning (or NC104 error) per graph, covering every compiled region of it."""
+    """One warning per model (or NC104 error per graph) naming the user's inputs that run
+    narrowed; exact narrowings (``narrowing.EXEMPT``) are only logged."""
     if not downcasts:
+        return
+    log.info("graph %s: 64-bit inputs narrowed: %s", name, "; ".join(downcasts))
+    shown = narrowing.warned(downcasts)
+    if not shown:
         return
     if cfg.sixty_four_bit == "error":
         raise DtypePolicyError(
-            f"graph {name} has 64-bit inputs or values: {'; '.join(downcasts)}",
+            f"graph {name} has 64-bit inputs or values: {narrowing.summarize(shown, 600)}",
             hint="convert inputs to float32/int32 and compute in float32 (no .double()), or use "
             "options={'sixty_four_bit': 'downcast'}",
         )
-    floats = [d for d in downcasts if "float64" in d]
-    ints = [d for d in downcasts if "int64" in d]
-    parts = []
-    if floats:
-        parts.append(f"float64 as float32 ({'; '.join(floats)})")
-    if ints:
-        parts.append(
-            f"int64 inputs as int32 ({'; '.join(ints)}; values outside +-2**31 would wrap)"
-        )
-    warn(
-        f"neuron-compile: graph {name} runs {' and '.join(parts)}; "
-        "set options={'sixty_four_bit': 'error'} to make this an error",
-        DowncastWarning,
-        stacklevel=2,
+    model = _model_of(name)
+    head = f"neuron-compile: {model} runs 64-bit values narrowed: "
+    tail = ("; int64 outside +-2**31 would wrap" if any("int64" in d for d in shown) else "") + (
+        ". options={'sixty_four_bit': 'error'} makes this an error"
     )
-    log.info("graph %s: 64-bit inputs narrowed: %s", name, "; ".join(downcasts))
+    listed = narrowing.summarize(shown, MAX_WARNING - len(head) - len(tail))
+    warn_once(_DOWNCAST_WARNED, model, head + listed + tail, DowncastWarning)
 
 
 def _verify(lowered: LoweredGraph) -> None:
@@ -241,7 +251,6 @@ def _compile_with_fallback(
         f"{summarize(reasons)}. Each fallback splits the graph and costs a device round trip; "
         "options={'fallback': 'error'} makes this an error.",
         FallbackWarning,
-        stacklevel=2,
     )
     gm.recompile()  # the passes left gm.forward stale; the eager parts run it
     fused, regions = partition(gm)

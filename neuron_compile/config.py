@@ -1,20 +1,46 @@
 """Backend configuration: one frozen dataclass built from ``options`` and ``NEURON_COMPILE_*`` env vars.
 
 Precedence: ``torch.compile(..., options={...})`` > environment > defaults. Unknown option keys are
-errors (NC001) that list the valid keys, because a silently ignored typo costs users a multi-minute
-Trainium compile to discover.
+errors (NC001) that name the closest valid key and list the others, because a silently ignored
+typo costs users a multi-minute Trainium compile to discover; so are invalid values (with the
+closest valid value when there is a fixed set), from options or from the environment. A set
+``NEURON_COMPILE_*`` variable that the package does not read but that is close to one it does
+(a typo) is warned about once.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import OptionsError
+from .warn_once import NeuronCompileWarning, first_time, once_set, warn
 
 ENV_PREFIX = "NEURON_COMPILE_"
+
+
+class UnknownEnvVarWarning(NeuronCompileWarning):
+    """A set ``NEURON_COMPILE_*`` variable the package does not read, close to one it does."""
+
+
+def did_you_mean(value: object, choices: Iterable[object]) -> str:
+    """``"; did you mean 'fallback'?"`` for the choice closest to ``value``, else ``""``."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _check_choice(key: str, value: object, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise OptionsError(
+            f"invalid {key}={value!r}{did_you_mean(value, choices)}",
+            hint=f"use one of {', '.join(choices)}",
+            key=key,
+        )
+
 
 _SIXTY_FOUR_BIT = ("downcast", "error")
 _FALLBACK = ("cpu", "error")
@@ -83,26 +109,12 @@ class NeuronConfig:
         return self.__dict__.get("_estimate_defaulted", False)
 
     def __post_init__(self) -> None:
-        if self.sixty_four_bit not in _SIXTY_FOUR_BIT:
-            raise OptionsError(
-                f"invalid sixty_four_bit={self.sixty_four_bit!r}",
-                hint=f"use one of {', '.join(_SIXTY_FOUR_BIT)}",
-            )
-        if self.fallback not in _FALLBACK:
-            raise OptionsError(
-                f"invalid fallback={self.fallback!r}", hint=f"use one of {', '.join(_FALLBACK)}"
-            )
-        if self.artifact not in _ARTIFACTS:
-            raise OptionsError(
-                f"invalid artifact={self.artifact!r}", hint=f"use one of {', '.join(_ARTIFACTS)}"
-            )
+        _check_choice("sixty_four_bit", self.sixty_four_bit, _SIXTY_FOUR_BIT)
+        _check_choice("fallback", self.fallback, _FALLBACK)
+        _check_choice("artifact", self.artifact, _ARTIFACTS)
         from .targets import get_target, resolve_target, target_choices, target_names
 
-        if self.target not in target_choices():
-            raise OptionsError(
-                f"invalid target={self.target!r}",
-                hint=f"use one of {', '.join(target_choices())}",
-            )
+        _check_choice("target", self.target, tuple(target_choices()))
         object.__setattr__(self, "target", resolve_target(self.target))
         target = get_target(self.target)
         if self.lnc is not None and (
@@ -111,18 +123,18 @@ class NeuronConfig:
             raise OptionsError(
                 f"invalid lnc={self.lnc!r} for target {self.target}",
                 hint=f"use one of {', '.join(map(str, target.lnc_choices))} (NCC_EARG001)",
+                key="lnc",
             )
         object.__setattr__(self, "lnc", target.resolve_lnc(self.lnc))
         if self.estimate is None:
             object.__setattr__(self, "estimate", target.default_estimate())
             object.__setattr__(self, "_estimate_defaulted", True)  # not a field: no option key
         estimates = ("off", *(n for n in target_names() if n != "cpu"))  # cpu: no cost model
-        if self.estimate not in estimates:
-            raise OptionsError(
-                f"invalid estimate={self.estimate!r}", hint=f"use one of {', '.join(estimates)}"
-            )
+        _check_choice("estimate", self.estimate, estimates)
         if isinstance(self.optlevel, bool) or self.optlevel not in (1, 2, 3):
-            raise OptionsError(f"invalid optlevel={self.optlevel!r}", hint="use 1, 2 or 3")
+            raise OptionsError(
+                f"invalid optlevel={self.optlevel!r}", hint="use 1, 2 or 3", key="optlevel"
+            )
         if self.max_recompiles is not None and (
             isinstance(self.max_recompiles, bool)
             or not isinstance(self.max_recompiles, int)
@@ -131,6 +143,7 @@ class NeuronConfig:
             raise OptionsError(
                 f"invalid max_recompiles={self.max_recompiles!r}",
                 hint="use a non-negative integer, or leave it unset for no limit",
+                key="max_recompiles",
             )
         if self.buckets is not None and (
             not self.buckets
@@ -140,6 +153,7 @@ class NeuronConfig:
             raise OptionsError(
                 f"invalid buckets={self.buckets!r}",
                 hint="use strictly increasing positive integers, e.g. (128, 256, 512)",
+                key="buckets",
             )
 
 
@@ -165,6 +179,7 @@ ENV_VARS: dict[str, str] = {
     "flash_attention": ENV_PREFIX + "FLASH_ATTENTION",
     "aot_cache": ENV_PREFIX + "AOT_CACHE",
 }
+_ENV_KEYS = frozenset(ENV_VARS.values())
 
 
 def _parse_bool(key: str, value: Any) -> bool:
@@ -175,14 +190,18 @@ def _parse_bool(key: str, value: Any) -> bool:
         return True
     if text in ("0", "false", "no", "off", ""):
         return False
-    raise OptionsError(f"invalid boolean for {key}: {value!r}", hint="use 1/0 or true/false")
+    raise OptionsError(
+        f"invalid boolean for {key}: {value!r}", hint="use 1/0 or true/false", key=key
+    )
 
 
 def _parse_int(key: str, value: str) -> int:
     try:
         return int(value.strip())
     except ValueError:
-        raise OptionsError(f"invalid integer for {key}: {value!r}", hint="e.g. 8") from None
+        raise OptionsError(
+            f"invalid integer for {key}: {value!r}", hint="e.g. 8", key=key
+        ) from None
 
 
 def _parse_buckets(value: Any) -> tuple[int, ...]:
@@ -192,8 +211,60 @@ def _parse_buckets(value: Any) -> tuple[int, ...]:
         return tuple(int(b) if isinstance(b, str) else b for b in items)
     except (TypeError, ValueError):
         raise OptionsError(
-            f"invalid buckets: {value!r}", hint="e.g. NEURON_COMPILE_BUCKETS=128,256,512"
+            f"invalid buckets: {value!r}",
+            hint="e.g. NEURON_COMPILE_BUCKETS=128,256,512",
+            key="buckets",
         ) from None
+
+
+_warned_env_names = once_set()
+
+
+def _warn_unknown_env_names(env: Mapping[str, str]) -> None:
+    """Warn once per name about a set ``NEURON_COMPILE_*`` variable the package does not read
+    but that is close to one it does (a typo); other unknown names (a test suite's own) pass."""
+    names = [n for n in env if n.startswith(ENV_PREFIX) and n not in _ENV_KEYS]
+    if not names:
+        return
+    known = known_env_vars()
+    for name in names:
+        close = closest_env_var(name)
+        if name not in known and close and first_time(_warned_env_names, name):
+            warn(
+                f"[NC001] {name} is not a variable neuron-compile reads; did you mean "
+                f"{close}? (`neuron-compile info` lists the ones set)",
+                UnknownEnvVarWarning,
+            )
+
+
+#: ``NEURON_COMPILE_*`` variables that are neither option env vars (``ENV_VARS``) nor cache
+#: settings (``cache.settings.ENV_VARS``); docs/options.md, "Other environment variables".
+OTHER_ENV_VARS = (
+    "NEURON_COMPILE_LOG",
+    "NEURON_COMPILE_LINT_EACH_PASS",
+    "NEURON_COMPILE_DISABLE_DEVICE",
+    "NEURON_COMPILE_NEURONX_CC",
+    "NEURON_COMPILE_NEURONX_CC_TIMEOUT",
+    "NEURON_COMPILE_XLA_COORDINATOR",
+    "NEURON_COMPILE_PRECOMPILE_DIR",
+    "NEURON_COMPILE_RANK_REPORT_DIR",
+    "NEURON_COMPILE_DETECTED_TARGET",
+)
+
+
+def known_env_vars() -> list[str]:
+    """Every ``NEURON_COMPILE_*`` variable the package reads."""
+    from .cache import settings
+
+    return sorted({*ENV_VARS.values(), *settings.ENV_VARS, *OTHER_ENV_VARS})
+
+
+def closest_env_var(name: str) -> str | None:
+    """The known variable ``name`` most likely misspells, or None. Compared without the shared
+    prefix, which would make every name look close."""
+    suffixes = [k.removeprefix(ENV_PREFIX) for k in known_env_vars()]
+    close = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), suffixes, 1, 0.75)
+    return f"{ENV_PREFIX}{close[0]}" if close else None
 
 
 def load_config(
@@ -201,18 +272,34 @@ def load_config(
 ) -> NeuronConfig:
     """Build the config from ``options`` (keys may carry a ``neuron.`` prefix) and the environment."""
     env = os.environ if env is None else env
+    _warn_unknown_env_names(env)
     values: dict[str, Any] = {}
+    from_env: dict[str, str] = {}  # option key -> the variable its value came from
     for key, var in ENV_VARS.items():
         if env.get(var) not in (None, ""):
             values[key] = env[var]
+            from_env[key] = var
     for raw_key, value in (options or {}).items():
         key = raw_key.removeprefix("neuron.")
         if key not in OPTION_KEYS:
             raise OptionsError(
-                f"unknown option {raw_key!r}",
+                f"unknown option {raw_key!r}{did_you_mean(key, OPTION_KEYS)}",
                 hint=f"valid keys: {', '.join(OPTION_KEYS)} (see docs/options.md)",
             )
         values[key] = value
+        from_env.pop(key, None)
+    try:
+        return _config_from(values)
+    except OptionsError as err:
+        var = from_env.get(getattr(err, "key", None) or "")
+        if var is None:
+            raise
+        raise OptionsError(
+            f"{var}={env[var]!r}: {err.what}", hint=err.hint, key=err.key, env_var=var
+        ) from None
+
+
+def _config_from(values: dict[str, Any]) -> NeuronConfig:
     for key in ("verify", "strict_recompile", "flash_attention", "aot_cache"):
         if key in values:
             values[key] = _parse_bool(key, values[key])

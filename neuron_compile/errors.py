@@ -21,6 +21,7 @@ and are reported next to ours, never instead of them.
 | NC404 | CacheUnsafeError    | cache dir writable by others / not ours (warned, not raised)   |
 | NC601 | (report finding)    | a Dynamo graph break (``neuron-compile check``, report/)       |
 | NC602 | (report finding)    | run mode: compiled outputs differ from eager (report/)         |
+| NC603 | (report finding)    | a compiled frame Dynamo skipped: it ran eagerly (``eager_frames()``, report/) |
 | NC501 | StaticShapeViolation | trn legality: a symbolic dim (pre-empts NCC_EMOD025)          |
 | NC502 | DtypeViolation      | trn legality: dtype the target lacks (EVRF004/005/051, ESPP004) |
 | NC503 | Int64Violation      | trn legality: 64-bit value/type reaching neuronx-cc (EVRF062, ESFH002) |
@@ -47,6 +48,7 @@ Legality errors (NC50x) carry ``ncc_code`` (the neuronx-cc error they pre-empt),
 from __future__ import annotations
 
 import re
+import types
 from typing import Any
 
 import torch.fx as fx
@@ -84,7 +86,23 @@ def _rebuild(cls: type[NeuronCompileError], fields: dict, message: str) -> Neuro
     err = cls.__new__(cls)
     RuntimeError.__init__(err, message)
     err.__dict__.update(fields)
+    err._message = message
     return err
+
+
+# Attributes Dynamo attaches to an exception on its way out (frames, its user stack, its compile
+# id): meaningless in another process, and frames do not pickle.
+_DYNAMO_ATTRS = frozenset(
+    (
+        "first_useful_frame",
+        "_torch_dynamo_tracer_output",
+        "frame_exec_strategy",
+        "real_stack",
+        "innermost_user_frame_summary",
+        "compile_id",
+        "record_filename",
+    )
+)
 
 
 class NeuronCompileError(RuntimeError):
@@ -109,7 +127,14 @@ class NeuronCompileError(RuntimeError):
         self.reason = reason
         self.hint = hint
         self.__dict__.update(fields)
-        super().__init__(self._format())
+        self._message = self._format()
+        super().__init__(self._message)
+
+    def __str__(self) -> str:
+        # Dynamo appends its own advice to ``args[0]`` of any exception crossing it
+        # (``augment_exc_message``: "Set TORCHDYNAMO_VERBOSE=1 ... reporting a bug to PyTorch");
+        # our text stays ours, with or without torch.compile around it.
+        return self.__dict__.get("_message") or super().__str__()
 
     def _format(self) -> str:
         msg = f"[{self.code}] {self.what}"
@@ -127,7 +152,73 @@ class NeuronCompileError(RuntimeError):
         return msg
 
     def __reduce__(self):  # survive worker processes with fields intact
-        return (_rebuild, (type(self), vars(self).copy(), str(self)))
+        fields = {k: v for k, v in vars(self).items() if k not in _DYNAMO_ATTRS}
+        return (_rebuild, (type(self).public_class(), fields, str(self)))
+
+    @classmethod
+    def public_class(cls) -> type[NeuronCompileError]:
+        """The importable class: ``cls`` itself, or the class ``through_dynamo`` derived from."""
+        return cls.__dict__.get("_public_class", cls)
+
+
+_THROUGH_DYNAMO: dict[type, type] = {}
+
+
+def through_dynamo(err: NeuronCompileError, entry: types.FrameType | None) -> NeuronCompileError:
+    """``err``, made to leave a Dynamo backend as itself with its message on top.
+
+    Dynamo wraps every backend exception in ``BackendCompilerFailed(...) from None`` (ours only
+    as its ``inner_exception``, printed under Dynamo's frames and followed by PyTorch's advice)
+    except its own ``ShortenTraceback``, which it re-raises unchanged with the traceback cut to
+    ``first_useful_frame`` (``TORCHDYNAMO_VERBOSE=1`` keeps it whole). So ``err`` becomes an
+    instance of a subclass of its own class and ``ShortenTraceback``, cut at ``entry`` (the
+    innermost of our entry frames it crossed). The subclass is made here, not in the class
+    statements: importing ``torch._dynamo`` costs the CLI about a second, and errors raised
+    outside ``torch.compile`` stay exactly what they were. Dynamo's ``compile_wrapper``
+    turns it back into its public class on the way out (``_remove_dynamo_frames``), so the user
+    catches exactly a ``DynamicShapeError``; until then, ``except DynamicShapeError`` catches it
+    too, it prints as ``neuron_compile.errors.DynamicShapeError`` and pickles as that.
+    """
+    cls = type(err)
+    if "_public_class" not in cls.__dict__:
+        derived = _THROUGH_DYNAMO.get(cls)
+        if derived is None:
+            from torch._dynamo.exc import ShortenTraceback
+
+            namespace = {
+                "__module__": cls.__module__,
+                "__qualname__": cls.__qualname__,
+                "__doc__": cls.__doc__,
+                "_public_class": cls,
+                "first_useful_frame": None,
+                # read by Dynamo's convert_frame on any TorchDynamoException
+                "_torch_dynamo_tracer_output": None,
+                "frame_exec_strategy": None,
+                "remove_dynamo_frames": _remove_dynamo_frames,
+            }
+            derived = _THROUGH_DYNAMO[cls] = type(cls.__name__, (cls, ShortenTraceback), namespace)
+        err.__class__ = derived
+    if err.first_useful_frame is None:
+        err.first_useful_frame = entry
+    return err
+
+
+def _remove_dynamo_frames(self: Any) -> Any:
+    """``ShortenTraceback.remove_dynamo_frames``, called by Dynamo's ``compile_wrapper`` as the
+    error leaves ``torch.compile``: the traceback cut at ``first_useful_frame`` (kept whole when
+    that frame is not in it, the error re-raised from elsewhere, rather than failing an
+    assertion), and the error made its public class again, its message without the advice
+    Dynamo appended to ``args``: the user catches exactly a ``DynamicShapeError``."""
+    from torch._dynamo import config
+
+    tb = self.__traceback__
+    while tb is not None and tb.tb_frame is not self.first_useful_frame:
+        tb = tb.tb_next
+    self.__class__ = self.public_class()
+    self.__dict__.pop("first_useful_frame", None)
+    if self.__dict__.get("_message"):
+        self.args = (self._message,)
+    return self if tb is None or config.verbose else self.with_traceback(tb)
 
 
 class OptionsError(NeuronCompileError, ValueError):

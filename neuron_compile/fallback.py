@@ -15,12 +15,13 @@ from typing import Any
 import torch.fx as fx
 
 from .partition import SplitReason
+from .warn_once import NeuronCompileWarning
 
 _lock = threading.Lock()
 _COUNTS: Counter[str] = Counter()
 
 
-class FallbackWarning(UserWarning):
+class FallbackWarning(NeuronCompileWarning):
     """Some ops of a graph run eagerly on the CPU instead of in a compiled region."""
 
 

@@ -153,13 +153,15 @@ def bucket_metrics() -> list[BucketRecord]:
 
 
 def reset_metrics() -> None:
-    """Clear graph records, bucket records, recompile counts and events and the cache counters;
-    warm-up (strict mode) starts again."""
+    """Clear graph records, bucket records, eager frames (``eager_frames()``), recompile counts
+    and events and the cache counters; warm-up (strict mode) starts again."""
     from .cache.tiers import reset_cache_stats
+    from .frames import reset_eager_frames
     from .shapes import reset_recompiles
 
     with _lock:
         _RECORDS.clear()
         _BUCKETS.clear()
+    reset_eager_frames()
     reset_recompiles()
     reset_cache_stats()

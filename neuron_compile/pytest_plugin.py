@@ -30,7 +30,8 @@ def pytest_addoption(parser: Any) -> None:
         metavar="CATS",
         default=None,
         help="fail the session on findings in these categories "
-        "(graph-break,fallback,recompile,downcast,compile-error,mismatch; all; none)",
+        "(graph-break,fallback,recompile,downcast,compile-error,eager-frame,mismatch; all; "
+        "none); the report marks compile-error,eager-frame,mismatch when it is not given",
     )
     group.addoption(
         "--neuron-mode",

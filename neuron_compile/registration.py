@@ -37,6 +37,4 @@ def warn_if_name_clash() -> None:
             "neuron-compile: the Dynamo backend name 'neuron' is registered by neuron-compile and "
             f"by {', '.join(others)}; torch picks one of them silently. Use "
             "backend='neuron_compile' to always select neuron-compile.",
-            UserWarning,
-            stacklevel=3,
         )

@@ -16,12 +16,13 @@ import torch.fx as fx
 
 from .config import NeuronConfig
 from .errors import RecompileLimitError
-from .warn_once import warn
+from .narrowing import user_name
+from .warn_once import NeuronCompileWarning, reset_run_once, warn
 
 log = logging.getLogger(__name__)
 
 
-class RecompileWarning(UserWarning):
+class RecompileWarning(NeuronCompileWarning):
     """A compiled frame met a new input shape and compiled another static graph."""
 
 
@@ -54,12 +55,6 @@ def symbolic_dims(
                 )
                 break
     return found
-
-
-def describe_symbolic(dims: list[tuple[int, str, int | None, str]]) -> str:
-    """ "L_x_ dim 0 (s77)"; size symbols only when no tensor dim names them."""
-    tensor_dims = [f"{name} dim {d} ({sym})" for _, name, d, sym in dims if d is not None]
-    return ", ".join(tensor_dims or [f"{name} ({sym})" for _, name, _, sym in dims])
 
 
 def requested_dynamic(
@@ -197,6 +192,7 @@ _lock = threading.Lock()
 _frames: dict[Hashable, _Frame] = {}
 _events: list[str] = []
 _warmup = {"done": False}
+_known_buckets: set[int] = set()  # note_buckets
 #: (frame id, frame compile id) -> (the CompileContext of that compile, its graph counter)
 _graph_counter: dict[Any, tuple[Any, itertools.count]] = {}
 
@@ -214,7 +210,7 @@ def input_specs(names: Sequence[str], args: Sequence[Any]) -> tuple[InputSpec, .
     """
     specs = [InputSpec("grad mode", None, value=torch.is_grad_enabled())]
     for i, a in enumerate(args):
-        _add_specs(specs, names[i] if i < len(names) else f"input {i}", a)
+        _add_specs(specs, user_name(names[i]) if i < len(names) else f"input {i}", a)
     return tuple(specs)
 
 
@@ -287,7 +283,7 @@ def _changes(
             for d, (a, b) in enumerate(zip(o.shape, n.shape, strict=True)):
                 if a != b:
                     text = f"{n.name} dim {d}={b} (was {a})"
-                    if buckets:
+                    if buckets and b not in buckets:
                         bucket = bucket_for(b, buckets)
                         text += (
                             f", bucket {bucket} would have absorbed it"
@@ -415,8 +411,8 @@ def note_compile(
     what = f"{name}: new static compile for {why}"
     if _new_shape(frame.history[:-1] if recorded else frame.history, specs):
         fix = (
-            "pad variable dimensions to fixed buckets (neuron_compile.bucketing: pad_to_bucket, "
-            "bucketed_collate, BucketedModule; `neuron-compile buckets plan` picks them)"
+            "pad variable dimensions to fixed buckets (neuron_compile.bucketing; "
+            "`neuron-compile buckets plan` picks them)"
         )
     else:  # grad mode, model.train()/eval(), a flag: each such mode is one compile
         fix = (
@@ -439,13 +435,56 @@ def note_compile(
             hint=fix + ", or raise max_recompiles (NEURON_COMPILE_MAX_RECOMPILES)",
             recompiles=n,
         )
+    if not _warmup["done"] and _warmup_compile(frame.history[:-1], specs, cfg.buckets):
+        # What warm-up is for: one compile per bucket and mode, before mark_warmup_done().
+        log.info("%s: warm-up compile for %s (recompile %d)", name, why, n)
+        return True
+    short = why if len(why) <= 100 else why[:96].rsplit(", ", 1)[0] + ", ..."
     warn(
-        f"neuron-compile: recompiling for {why} (recompile {n} of {name}). Every recompile is a "
-        f"separate Trainium compilation: {fix}.",
+        f"neuron-compile: recompiling for {short} (recompile {n} of {name}). Each recompile is "
+        f"a separate Trainium compilation: {fix}.",
         RecompileWarning,
-        stacklevel=3,
     )
     return True
+
+
+def note_buckets(buckets: Sequence[int]) -> None:
+    """Remember sizes the bucketing helpers pad to: a compile for one of them, during warm-up,
+    is expected (logged, not warned about)."""
+    with _lock:
+        _known_buckets.update(int(b) for b in buckets)
+
+
+def _warmup_compile(
+    history: Sequence[tuple[InputSpec, ...]],
+    new: tuple[InputSpec, ...],
+    configured: Sequence[int] | None,
+) -> bool:
+    """Whether ``new`` is what a warm-up compiles: it differs from an earlier specialization
+    only in tensor dims whose new sizes are buckets (``options={'buckets': ...}`` or ones the
+    bucketing helpers padded to) and in grad mode (model.eval() under no_grad also drops
+    BatchNorm's counter input)."""
+    with _lock:
+        buckets = set(configured or ()) | _known_buckets
+    for old in history:
+        before = {o.name: o for o in old}
+        sizes: list[int] = []
+        mode = False
+        same_otherwise = True
+        for n in new:
+            o = before.get(n.name)
+            if n.shape is not None and o is not None and o.shape is not None:
+                if len(o.shape) != len(n.shape) or o.dtype != n.dtype:
+                    same_otherwise = False
+                sizes += [b for a, b in zip(o.shape, n.shape, strict=False) if a != b]
+            elif n.shape is not None or (o is not None and o.shape is not None):
+                same_otherwise = False  # a tensor input appeared, or one became a value
+            elif o is not None and o.value != n.value and not _SIZE_SYMBOL.match(n.name):
+                mode |= n.name == "grad mode"
+                same_otherwise &= n.name == "grad mode"  # a flag, a Python number: not warm-up
+        if same_otherwise and (sizes or mode) and all(size in buckets for size in sizes):
+            return True
+    return False
 
 
 def mark_warmup_done(done: bool = True) -> None:
@@ -469,4 +508,6 @@ def reset_recompiles() -> None:
         _frames.clear()
         _events.clear()
         _graph_counter.clear()
+        _known_buckets.clear()
         _warmup["done"] = False
+    reset_run_once()  # per-model warnings (the 64-bit policy's) are said again in a new run

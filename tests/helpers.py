@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -87,12 +88,22 @@ def run_lowered(fn: Callable[..., Any], *args: Any) -> list[Any]:
 
     ``fallback="error"``: an op without a lowering raises instead of quietly running eagerly,
     so a numerics test that passes really exercised our lowering."""
-    from neuron_compile.compiler import compile_graph
+    from neuron_compile.compiler import DowncastWarning, compile_graph
     from neuron_compile.config import NeuronConfig
+    from neuron_compile.narrowing import warned
 
     gm = trace_aten(fn, *args)
     cfg = NeuronConfig(fallback="error")
-    compiled = compile_graph(gm, args, name="test", kind="inference", cfg=cfg)
+    # float64/int64 operands run narrowed (the 64-bit policy these numerics tests measure): its
+    # warning is expected, and only when the graph narrows something the user must hear about.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DowncastWarning)
+        compiled = compile_graph(gm, args, name="test", kind="inference", cfg=cfg)
+    for w in caught:
+        if issubclass(w.category, DowncastWarning):
+            assert warned(compiled.record.downcasts), w.message
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return compiled(list(args))
 
 

@@ -18,7 +18,6 @@ from generate_kv_cache import (
 from train_gpt import GPTConfig
 
 import neuron_compile
-from neuron_compile.compiler import DowncastWarning
 
 CFG = GPTConfig(vocab_size=32, block_size=24, n_layer=2, n_head=2, d_model=32)
 
@@ -92,8 +91,9 @@ def test_compiled_prefill_writes_the_same_cache_as_eager(gpt):
     prompt = prompts_of(CFG, [8])[0]
     compiled = Generator(gpt, [8]).prefill
     with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("error")  # no FallbackWarning: the prefill is one compiled graph
-        warnings.simplefilter("ignore", DowncastWarning)  # int64 token ids run as int32
+        # no FallbackWarning (the prefill is one compiled graph), no DowncastWarning (token ids
+        # and cache positions are indices: narrowed exactly)
+        warnings.simplefilter("error")
         logits, cache = compiled(prompt, m.empty_cache(2))
         ref_logits, ref_cache = m.forward_prefill(prompt, m.empty_cache(2))
     torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-4)
@@ -103,7 +103,6 @@ def test_compiled_prefill_writes_the_same_cache_as_eager(gpt):
 
 
 @pytest.mark.parametrize("target", ["trn2", "trn3"])
-@pytest.mark.filterwarnings("ignore::neuron_compile.compiler.DowncastWarning")
 @pytest.mark.filterwarnings("ignore:neuron-compile. target trn. without neuronx-cc")
 def test_prefill_and_decode_graphs_are_legal_for_trn(gpt, monkeypatch, target):
     """Every graph passes the trn legality rules (a violation raises), and the tokens are the

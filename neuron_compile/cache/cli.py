@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import settings
+from .maintenance import format_bytes
 from .manifest import KEY_RE
 from .signing import ENV_SIGNING_KEY, write_new_key
 from .store import DiskCache, describe_diff
@@ -33,9 +34,11 @@ def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
     )
     csub = cache.add_subparsers(dest="cache_command", required=True)
     cmds = {
-        "ls": "list entries",
-        "du": "disk usage",
-        "verify": "check every checksum (exit 1 if any entry is bad)",
+        "ls": "list entries: key, artifact size, compile seconds, graph's cache name "
+        "(its metrics() name without the frame counter: TinyGPT_0_forward_0 -> TinyGPT_forward_0)",
+        "du": "disk usage of the local tier: entries, bytes, the size cap",
+        "verify": "check every entry's checksums, key binding and signature; print how many "
+        "entries and bytes were checked and how many are bad (exit 1 if any)",
         "prune": "remove entries by age of last access or by old component versions",
         "clear": "remove every entry and failure record",
         "export": "write a portable bundle of entries",
@@ -171,12 +174,14 @@ def _run_on_cache(cache: DiskCache, cmd: str, args: argparse.Namespace) -> dict[
     if cmd == "ls":
         result = {"root": str(cache.root), "entries": [e.summary() for e in cache.entries()]}
     elif cmd == "du":
-        entries = cache.entries()
-        result = {"root": str(cache.root), "entries": len(entries), "bytes": cache.du()}
+        entries, size = cache.usage()  # the walk `neuron-compile info` reports too
+        result = {"root": str(cache.root), "entries": entries, "bytes": size}
         result["max_bytes"] = cache.max_bytes
     elif cmd == "verify":
+        entries, size = cache.usage()  # before: --quarantine moves bad entries away
         problems = cache.verify(quarantine=args.quarantine)
-        result = {"root": str(cache.root), "ok": not problems, "problems": problems}
+        result = {"root": str(cache.root), "ok": not problems, "entries": entries, "bytes": size}
+        result.update(bad=len(problems), problems=problems)
     elif cmd == "prune":
         keep = dict(item.split("=", 1) for item in args.keep)
         older = args.older_than * _DAY if args.older_than is not None else None
@@ -208,19 +213,20 @@ def _run_on_cache(cache: DiskCache, cmd: str, args: argparse.Namespace) -> dict[
 
 def _print(cmd: str, result: dict[str, Any]) -> None:
     if cmd == "ls":
-        for e in result["entries"]:
-            print(
-                f"{e['key'][:16]}  {e['size']:>12,}  {e['compile_seconds']:8.1f}s  {e['graph_name']}"
-            )
-        print(f"{len(result['entries'])} entries in {result['root']}")
+        _print_ls(result)
     elif cmd == "du":
         print(
-            f"{result['bytes']:,} bytes in {result['entries']} entries (max {result['max_bytes']:,})"
+            f"{format_bytes(result['bytes'])} ({result['bytes']:,} bytes) in {result['entries']} "
+            f"entries in {result['root']}; max {format_bytes(result['max_bytes'])}"
         )
     elif cmd == "verify":
         for p in result["problems"]:
             print(f"{p['key'][:16] if KEY_RE.match(p['key']) else p['key']}  {p['problem']}")
-        print("ok" if result["ok"] else f"{len(result['problems'])} bad entries")
+        checked = (
+            f"checked {result['entries']} entries ({format_bytes(result['bytes'])}) "
+            f"in {result['root']}"
+        )
+        print(f"{checked}: all good" if result["ok"] else f"{checked}: {result['bad']} bad")
     elif cmd == "explain":
         print(f"key {result['key']}: {result['status']}")
         for name, value in sorted((result.get("components") or {}).items()):
@@ -230,6 +236,29 @@ def _print(cmd: str, result: dict[str, Any]) -> None:
             print("\n".join(f"  {line}" for line in result["explain"]) or "  nothing")
     else:
         print(json.dumps(result, default=str))
+
+
+#: Printed under ``cache ls``: its names are not the names ``neuron_compile.metrics()`` shows.
+LS_NAMES_NOTE = (
+    "cache names are metrics() names without the per-process frame counter\n"
+    "(TinyGPT_0_forward_0 -> TinyGPT_forward_0), so later runs find them. No suffix: the\n"
+    "StableHLO artifact; .index FX index, .executable XLA CPU executable, .neff Trainium NEFF,\n"
+    ".cpu_stand_in a trn graph's CPU stand-in"
+)
+
+
+def _print_ls(result: dict[str, Any]) -> None:
+    entries = result["entries"]
+    if entries:
+        print(f"{'key':16}  {'artifacts':>10}  {'compile':>8}  graph (cache name)")
+    for e in sorted(entries, key=lambda e: (e["graph_name"], e["key"])):
+        print(
+            f"{e['key'][:16]}  {format_bytes(e['size']):>10}  {e['compile_seconds']:7.1f}s  "
+            f"{e['graph_name']}"
+        )
+    print(f"{len(entries)} entries in {result['root']} (disk usage: neuron-compile cache du)")
+    if entries:
+        print(LS_NAMES_NOTE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -122,6 +122,24 @@ def rmtree(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+_BINARY_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def format_bytes(n: int) -> str:
+    """``384622729`` -> ``"366.8 MiB"``: binary units, one decimal (bytes below 1 KiB). The one
+    formatter every size the CLI prints goes through; ``--json`` keeps the exact byte counts."""
+    if n < 1024:
+        return f"{n} B"
+    value, unit = float(n), "B"
+    for unit in _BINARY_UNITS:
+        value /= 1024
+        if value < 1024 or unit == _BINARY_UNITS[-1]:
+            break
+    if f"{value:.1f}" == "1024.0" and unit != _BINARY_UNITS[-1]:  # 1,048,575 B is 1.0 MiB
+        value, unit = 1.0, _BINARY_UNITS[_BINARY_UNITS.index(unit) + 1]
+    return f"{value:.1f} {unit}"
+
+
 #: Longest time a process trusts its own size estimate before walking the cache again.
 RESCAN_SECONDS = 60.0
 
@@ -190,7 +208,13 @@ class Maintenance:
 
     def du(self) -> int:
         """Bytes on disk under ``entries/`` (artifacts, manifests, sidecars)."""
-        return sum(tree_size(path) for _key, path in self._entry_dirs())
+        return self.usage()[1]
+
+    def usage(self) -> tuple[int, int]:
+        """``(entry directories, bytes on disk)`` of the local tier, from one walk: what
+        ``neuron-compile info``, ``cache du`` and ``cache verify`` report, so they agree."""
+        sizes = [tree_size(path) for _key, path in self._entry_dirs()]
+        return len(sizes), sum(sizes)
 
     def verify(self, *, quarantine: bool = False) -> list[dict[str, str]]:
         """Check every local entry in full; ``[{"key", "problem"}]``, empty when all are good.

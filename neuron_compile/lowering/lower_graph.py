@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import BUG_HINT, LoweringError, UnsupportedOpError, user_frame
+from ..narrowing import describe
 from . import registry
 from .context import (
     CollectiveInfo,
@@ -288,8 +290,9 @@ def lower_graph(
                 )
             ttype = tensor_type(val)
             if ttype.dtype != val.dtype:
-                label = node.meta.get("user_input") or node.name  # backend._label_user_inputs
-                downcasts.append(f"{label}: {val.dtype} -> {ttype.dtype}")
+                label = node.meta.get("user_input")  # backend._label_user_inputs
+                position = placeholder_index[node]
+                downcasts.append(describe(node, label, position, val.dtype, ttype.dtype))
             env[node] = emitter.arg(ttype)
             inputs.append(
                 InputSpec(placeholder_index[node], node.name, ttype.shape, val.dtype, ttype.dtype)
@@ -313,8 +316,8 @@ def lower_graph(
             if wide:  # inputs are listed by name above; float64 made inside, once per graph
                 first = wide[0]
                 downcasts.append(
-                    f"{len(wide)} op(s) computing float64, first %{first.name} at "
-                    f"{user_frame(first)}: torch.float64 -> torch.float32"
+                    f"{len(wide)} op(s) computing float64, the first at "
+                    f"{os.path.basename(user_frame(first))}: torch.float64 -> torch.float32"
                 )
             if module.rng_arg_index is not None:
                 seed = emitter.args[module.rng_arg_index]

@@ -57,8 +57,8 @@ def add_check_parser(sub: Any) -> argparse.ArgumentParser:
         "--fail-on",
         default=None,
         metavar="CATS",
-        help="comma list of graph-break,fallback,recompile,downcast,compile-error,mismatch "
-        "(or all, none); default: compile-error,mismatch",
+        help="comma list of graph-break,fallback,recompile,downcast,compile-error,eager-frame,"
+        "mismatch (or all, none); default: compile-error,eager-frame,mismatch",
     )
     p.add_argument("--baseline", metavar="REPORT_JSON", help="fail only on regressions vs it")
     p.add_argument("--out", metavar="DIR", help="write report.{json,junit.xml,md,sarif} here")

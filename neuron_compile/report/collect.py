@@ -217,6 +217,8 @@ class Collector:
         self.artifacts: dict[str, dict[str, str]] = {}
         self.crash: str | None = None
         self._records: list[Any] = []
+        self._eager: list[Any] = []  # frames.EagerFrame records seen while collecting
+        self._eager_before: list[Any] = []  # ... and those recorded before it started
         self._seen: set[int] = set()
         self._cache: dict[str, Any] = {}
         self._texts: dict[str, str] = {}  # graph -> StableHLO of its last lowered region
@@ -225,7 +227,10 @@ class Collector:
 
     # ---- hooks -----------------------------------------------------------------------------
     def __enter__(self) -> Collector:
+        from ..frames import eager_frames
+
         self._t0 = time.perf_counter()
+        self._eager_before = eager_frames()
         handler = _BreakHandler(self.breaks)
         for name in _GB_LOGGERS:
             lg = logging.getLogger(name)
@@ -365,6 +370,7 @@ class Collector:
     # ---- results ---------------------------------------------------------------------------
     def snapshot(self) -> None:
         """Keep the graph records compiled so far (call before anything resets metrics)."""
+        from ..frames import eager_frames
         from ..metrics import metrics
 
         current = metrics()
@@ -372,6 +378,8 @@ class Collector:
             if id(rec) not in self._seen:
                 self._seen.add(id(rec))
                 self._records.append(rec)
+        known = self._eager + self._eager_before  # held, so identities stay unique
+        self._eager += [f for f in eager_frames() if not any(f is k for k in known)]
         for k, v in (current.cache or {}).items():
             if isinstance(v, int | float) and not isinstance(v, bool):
                 self._cache[k] = self._cache.get(k, 0) + v
@@ -418,6 +426,7 @@ class Collector:
             frame = self.frames.get(_prefix(rec.name))
             rep.graphs.append(self._graph_entry(rec, frame))
             rep.findings += self._record_findings(rec, frame)
+        rep.findings += self._eager_findings()
         rep.findings += self._break_findings()
         rep.findings += self.recompile_findings + self.mismatches
         for i, failure in enumerate(self.failures):
@@ -500,6 +509,32 @@ class Collector:
                     location=(frame.wide_location or frame.location) if frame else None,
                     count=len(lossy),
                     details={"inputs": lossy},
+                )
+            )
+        return out
+
+    def _eager_findings(self) -> list[Finding]:
+        """One ``eager-frame`` finding per frame Dynamo ran eagerly, at the user line where
+        Dynamo gave up (else the frame's first line)."""
+        out = []
+        for ef in self._eager:
+            where = Location.parse(ef.failed_at) or Location(ef.file, ef.line)
+            if where.file == ef.file:
+                where.function = ef.function
+            out.append(
+                Finding(
+                    "eager-frame",
+                    CATEGORY_CODES["eager-frame"],
+                    f"{ef.function} ({ef.file}:{ef.line}) never reached the backend, Dynamo "
+                    f"ran it eagerly: {ef.reason}" + (f"; fix: {ef.fix}" if ef.fix else ""),
+                    location=where,
+                    details={
+                        "subject": ef.function,
+                        "function": ef.function,
+                        "first_line": ef.line,
+                        "reason": ef.reason,
+                        "fix": ef.fix,
+                    },
                 )
             )
         return out

@@ -58,6 +58,7 @@ RULES = {
     "NC531": ("NeuronRuntimeError", "the Neuron runtime failed to load or run a NEFF"),
     "NC601": ("GraphBreak", "Dynamo broke the graph: each break is a separate device program"),
     "NC602": ("NumericsMismatch", "compiled outputs differ from eager (run mode)"),
+    "NC603": ("EagerFrame", "Dynamo skipped a compiled frame: it never reached the backend"),
 }
 
 
@@ -160,7 +161,6 @@ def render_markdown(report: Report, fail_on: Iterable[str] = ("compile-error",))
     fail_on = set(fail_on)
     counts = report.counts()
     gated = sum(f.count for f in report.findings if _gated(f, fail_on))
-    failed = sum(g.status == "failed" for g in report.graphs)
     verdict = (
         "crashed"
         if report.crash
@@ -170,7 +170,7 @@ def render_markdown(report: Report, fail_on: Iterable[str] = ("compile-error",))
     out = [
         f"## :{mark}: neuron-compile check `{_md(report.target)}`: {verdict}",
         "",
-        f"{report.mode} mode · {len(report.graphs)} graph(s), {failed} failed · "
+        f"{report.mode} mode · {_graph_summary(report)} · "
         + (f"{report.world_size} ranks · " if report.world_size > 1 else "")
         + f"{report.duration_s:.1f} s · fail on: {', '.join(sorted(fail_on)) or 'nothing'}",
         "",
@@ -336,12 +336,20 @@ def render_sarif(report: Report, fail_on: Iterable[str] = ("compile-error",)) ->
 
 
 # ---- terminal ----------------------------------------------------------------------------------
+def _graph_summary(report: Report) -> str:
+    """``3 graphs: 1 compiled, 2 loaded from the cache, 0 failed``."""
+    n = len(report.graphs)
+    src = report.graph_sources()
+    return (
+        f"{n} graph{'' if n == 1 else 's'}: {src['compiled']} compiled, "
+        f"{src['cached']} loaded from the cache, {src['failed']} failed"
+    )
+
+
 def render_terminal(report: Report, fail_on: Iterable[str] = ("compile-error",)) -> str:
     fail_on = set(fail_on)
-    failed = sum(g.status == "failed" for g in report.graphs)
     lines = [
-        f"neuron-compile check {report.target} ({report.mode} mode): "
-        f"{len(report.graphs) - failed} graph(s) compiled, {failed} failed, "
+        f"neuron-compile check {report.target} ({report.mode} mode): {_graph_summary(report)}, "
         + (f"{report.world_size} ranks, " if report.world_size > 1 else "")
         + f"{report.duration_s:.1f} s"
     ]

@@ -25,8 +25,9 @@ EXIT_FINDINGS = 1
 EXIT_USAGE = 2
 EXIT_CRASH = 3
 
-#: ``mismatch`` only exists in run mode, so a compile-mode check gates on compile errors alone.
-DEFAULT_FAIL_ON = ("compile-error", "mismatch")
+#: ``mismatch`` only exists in run mode, so a compile-mode check gates on compile errors and on
+#: frames that never reached the backend (``eager-frame``: on Trainium they run on the host CPU).
+DEFAULT_FAIL_ON = ("compile-error", "eager-frame", "mismatch")
 
 
 def parse_fail_on(spec: str | Iterable[str] | None) -> tuple[str, ...]:

@@ -16,12 +16,14 @@ from typing import Any
 
 #: Bumped on any incompatible change of the JSON layout (``schema.REPORT_SCHEMA``); the minor
 #: number on added optional fields (1.1: estimated device time per graph and in total; 1.2: the
-#: ranks of every graph and finding, and the world size).
-SCHEMA_VERSION = "1.2"
+#: ranks of every graph and finding, and the world size; 1.3: the ``eager-frame`` category and
+#: ``graph_sources``, how many graphs were compiled, loaded from the cache, or failed).
+SCHEMA_VERSION = "1.3"
 
 #: Finding categories, in the order reports list them; ``--fail-on`` takes these names.
 CATEGORIES = (
     "compile-error",
+    "eager-frame",
     "mismatch",
     "graph-break",
     "fallback",
@@ -33,10 +35,14 @@ CATEGORIES = (
 CATEGORY_CODES = {
     "graph-break": "NC601",
     "mismatch": "NC602",
+    "eager-frame": "NC603",
     "fallback": "NC101",
     "downcast": "NC104",
     "recompile": "NC202",
 }
+
+#: ``GraphRecord.cache_source`` values of a graph loaded from the cache instead of compiled
+CACHE_SOURCES = ("memory", "disk", "remote")
 
 _WHERE_RE = re.compile(r"^(?P<file>.+?):(?P<line>\d+)(?: in (?P<function>\S+))?$")
 
@@ -177,6 +183,15 @@ class Report:
             out[f.category] = out.get(f.category, 0) + f.count
         return out
 
+    def graph_sources(self) -> dict[str, int]:
+        """``{"compiled": n, "cached": n, "failed": n}``: graphs compiled in this run, loaded
+        from the compile cache (memory, disk or remote tier), and failed."""
+        failed = sum(g.status == "failed" for g in self.graphs)
+        cached = sum(
+            g.status != "failed" and g.cache.get("source") in CACHE_SOURCES for g in self.graphs
+        )
+        return {"compiled": len(self.graphs) - failed - cached, "cached": cached, "failed": failed}
+
     def est_device_s_total(self) -> float | None:
         """Estimated device seconds of one call of every estimated graph, None if none was."""
         ests = [g.est_device_s for g in self.graphs if g.est_device_s is not None]
@@ -199,6 +214,7 @@ class Report:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["counts"] = self.counts()
+        d["graph_sources"] = self.graph_sources()
         d["est_device_s_total"] = self.est_device_s_total()
         d["est_target"] = self.est_target()
         d["tool"] = {"name": "neuron-compile", "version": self.versions.get("neuron_compile", "")}

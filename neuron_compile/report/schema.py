@@ -117,5 +117,14 @@ REPORT_SCHEMA: dict[str, Any] = {
         "est_target": {"type": "string"},
         # since 1.2: ranks the report covers (neuron-compile check --nproc-per-node N)
         "world_size": {"type": "integer", "minimum": 1},
+        # since 1.3: graphs compiled in this run, loaded from the compile cache, failed
+        "graph_sources": {
+            "type": "object",
+            "required": ["compiled", "cached", "failed"],
+            "additionalProperties": False,
+            "properties": {
+                k: {"type": "integer", "minimum": 0} for k in ("compiled", "cached", "failed")
+            },
+        },
     },
 }

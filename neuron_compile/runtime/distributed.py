@@ -25,7 +25,7 @@ from typing import Any
 
 from ..collectives import world
 from ..errors import ExecutorError
-from .client import Client
+from .client import ASYNCHRONOUS_EXECUTION, Client
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,11 @@ def _connect(replicas: int) -> Any:
     client.connect()
     collectives = _jax.make_gloo_tcp_collectives(distributed_client=client)
     backend = xla_client.make_cpu_client(
-        distributed_client=client, node_id=rank, num_nodes=size, collectives=collectives
+        asynchronous=ASYNCHRONOUS_EXECUTION,
+        distributed_client=client,
+        node_id=rank,
+        num_nodes=size,
+        collectives=collectives,
     )
     atexit.register(_shutdown, client, service)
     # Replica r is rank r's device: the module's replica groups are torch's global ranks.

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .client import Client
+from .client import ASYNCHRONOUS_EXECUTION, Client
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def _client():
     others never do (an evaluation on rank 0), which the distributed client could not allow."""
     from jaxlib import xla_client
 
-    backend = xla_client.make_cpu_client()
+    backend = xla_client.make_cpu_client(asynchronous=ASYNCHRONOUS_EXECUTION)
     device = backend.devices()[0]
     return backend, device, xla_client.DeviceList((device,)), xla_client
 

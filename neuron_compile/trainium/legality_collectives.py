@@ -40,7 +40,7 @@ import torch.fx as fx
 
 from .. import errors
 from ..lowering.lower_graph import LoweredGraph
-from ..warn_once import once_set, warn_once
+from ..warn_once import NeuronCompileWarning, once_set, warn_once
 from .cost_model import COLLECTIVES, module_world, replica_groups
 from .legality_base import Context, HloOp, Rule, Violation, legality_rule, ops_named
 
@@ -53,7 +53,7 @@ SOURCE_3P = "torchneuron.md §9 [3P]"
 _DOWNCAST = {"all_reduce": "all_reduce", "reduce_scatter": "reduce_scatter"}
 
 
-class CollectiveConstraintWarning(UserWarning):
+class CollectiveConstraintWarning(NeuronCompileWarning):
     """A collective relies on something only a secondary source restricts on this target (see
     ``legality_collectives``): it may compile, or neuronx-cc may reject it."""
 
@@ -238,7 +238,6 @@ def check_collective_constraints(
             f"that only {SOURCE_3P} states (a third-party write-up, unverified), so neuronx-cc "
             f"may reject them: {'; '.join(found)}",
             CollectiveConstraintWarning,
-            stacklevel=2,
         )
     yield from ()
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import artifact as artifact_mod
 from ..cache.binding import NEFF_FILE
-from ..warn_once import first_time, once_set, warn
+from ..warn_once import NeuronCompileWarning, first_time, once_set, warn
 from . import neuronx_cc, precompile
 
 log = logging.getLogger(__name__)
@@ -21,11 +21,16 @@ log = logging.getLogger(__name__)
 _said: set[str] = once_set()
 
 
+class ToolchainWarning(NeuronCompileWarning):
+    """A trn target compiles without part of the Neuron toolchain or device (no neuronx-cc: no
+    NEFF; no device: NEFFs are built but the XLA CPU executor runs the graphs)."""
+
+
 def _say_once(key: str, message: str) -> None:
     if not first_time(_said, key):
         return
     log.info(message)
-    warn(f"neuron-compile: {message}", UserWarning, stacklevel=4)
+    warn(f"neuron-compile: {message}", ToolchainWarning)
 
 
 def neff_key(

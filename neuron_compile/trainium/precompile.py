@@ -196,13 +196,14 @@ def summarize(results: list[NeffResult]) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any], stream: Any = None) -> None:
+    from ..cache.maintenance import format_bytes
     from ..report.model import format_ranks
 
     stream = stream or sys.stdout
     rows = report["graphs"]
     ranked = report.get("world_size", 1) > 1  # each distinct graph once, with its ranks
     print(
-        f"{'graph':<44} {'status':<15} {'seconds':>8} {'NEFF bytes':>11}"
+        f"{'graph':<44} {'status':<15} {'seconds':>8} {'NEFF':>11}"
         + (f"  {'ranks':<8}" if ranked else "")
         + "  error",
         file=stream,
@@ -212,7 +213,7 @@ def print_table(report: dict[str, Any], stream: Any = None) -> None:
         ranks = f"  {format_ranks(r.get('ranks', [])) or '-':<8}" if ranked else ""
         print(
             f"{r['graph_name']:<44} {r['status']:<15} {r['seconds']:>8.2f} "
-            f"{r['neff_bytes']:>11,}{ranks}  {err}",
+            f"{format_bytes(r['neff_bytes']):>11}{ranks}  {err}",
             file=stream,
         )
     s = report["summary"]

@@ -40,7 +40,14 @@ def test_ls_du_verify_explain(capsys, store):
     _, du = _cli(capsys, "du", "--dir", d)
     assert du["entries"] == 2 and du["bytes"] == c.du()
     code, ok = _cli(capsys, "verify", "--dir", d)
-    assert code == 0 and ok == {"root": d, "ok": True, "problems": []}
+    assert code == 0 and ok == {
+        "root": d,
+        "ok": True,
+        "entries": 2,
+        "bytes": c.du(),
+        "bad": 0,
+        "problems": [],
+    }
     _, explain = _cli(capsys, "explain", b[:12], "--dir", d)
     assert explain["nearest"] == a and explain["explain"] == ["neuronx-cc: 2.28.1 → 2.28.7"]
     (c.get(a).path / "part0.bin").write_bytes(b"flipped")

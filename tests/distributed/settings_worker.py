@@ -155,6 +155,7 @@ def compiled_run(run: Callable[[], Any]) -> tuple[Any, dict]:
         "graph_names": [r.name for r in records],
         "fallback_ops": sorted({op for r in records for op in r.fallback_ops}),
         "fallback_by_graph": {r.name: sorted(r.fallback_ops) for r in records if r.fallback_ops},
+        "eager_frames": [str(f) for f in neuron_compile.eager_frames()],
     }
     return result, info
 
@@ -219,6 +220,8 @@ def fsdp2_blocks(rank: int, world: int) -> dict:
     compiled_losses, info = compiled_run(
         lambda: train(compiled, fwd_bwd(compiled), batches, opt="adamw")
     )
+    # FSDP2's hooks are dynamo-disabled by torch itself: not frames that failed to compile
+    assert info["eager_frames"] == [], info["eager_frames"]
     return {"eager": losses, "compiled": compiled_losses, **info, **max_diff(compiled, eager)}
 
 

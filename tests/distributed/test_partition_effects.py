@@ -120,5 +120,7 @@ def test_fallback_runs_collectives_in_graph_order(group: str) -> None:
     assert names == ["all_reduce", "wait_tensor", "all_reduce", "wait_tensor"]
     torch.testing.assert_close(log.calls[0][1], x * 2 + 1)  # b's reduction first, as written
     torch.testing.assert_close(log.calls[2][1], x)
-    for got, want in zip(out, fn(x), strict=True):  # one rank: a reduction returns its input
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    # One rank: a reduction returns its input. The regions run on XLA, which may contract
+    # b * 3 + 1 into one fused multiply-add (1 ulp from eager's two roundings).
+    for got, want in zip(out, fn(x), strict=True):
+        torch.testing.assert_close(got, want)

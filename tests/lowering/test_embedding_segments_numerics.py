@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import neuron_compile
+from neuron_compile.compiler import DowncastWarning
 from tests.parity import assert_compiled_gradients_match
 
 aten = torch.ops.aten
@@ -50,7 +51,9 @@ def _all_bags(w: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_embedding_bag_forward_and_backward(dtype: torch.dtype) -> None:
-    assert_compiled_gradients_match(_all_bags, [_weight(dtype), torch.randn(10).to(dtype)])
+    # The bag offsets are int64 arithmetic (not only indices): the 64-bit policy says so.
+    with pytest.warns(DowncastWarning, match=r"INDICES, OFFSETS \(int64 -> int32\)"):
+        assert_compiled_gradients_match(_all_bags, [_weight(dtype), torch.randn(10).to(dtype)])
 
 
 FOUR_OUTPUT_CASES = [(0, -1, False), (0, 2, False), (1, 2, False), (2, -1, True), (2, 2, False)]
@@ -70,7 +73,8 @@ def test_embedding_bag_all_four_outputs_equal_eager() -> None:
 
     weight = _weight(torch.float32)
     neuron_compile.clear_fallback_ops()
-    got = torch.compile(every_output, backend="neuron")(weight)
+    with pytest.warns(DowncastWarning, match="OFFSETS"):
+        got = torch.compile(every_output, backend="neuron")(weight)
     want = every_output(weight)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
@@ -83,7 +87,8 @@ def test_embedding_bag_max_first_nan_wins_later_nan_is_skipped() -> None:
     weight[1, 0] = float("nan")  # first in bag 0: eager keeps it
     weight[4, 1] = float("nan")  # not first in its bag: eager's ">" skips it
     fn = lambda w: F.embedding_bag(INDICES, w, OFFSETS, mode="max")  # noqa: E731
-    got = torch.compile(fn, backend="neuron")(weight)
+    with pytest.warns(DowncastWarning, match="OFFSETS"):
+        got = torch.compile(fn, backend="neuron")(weight)
     torch.testing.assert_close(got, fn(weight), equal_nan=True, rtol=0, atol=0)
 
 
@@ -131,7 +136,8 @@ def test_segment_reduce_backward_quirks() -> None:
         return torch.cat(parts)
 
     ours, theirs = data.clone().requires_grad_(), data.clone().requires_grad_()
-    got = torch.compile(fn, backend="neuron")(ours)
+    with pytest.warns(DowncastWarning, match="offsets"):
+        got = torch.compile(fn, backend="neuron")(ours)
     want = fn(theirs)
     cotangent = torch.tensor([2.0, -3.0, 4.0, -5.0] * 3)
     got.backward(cotangent)

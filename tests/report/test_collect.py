@@ -22,6 +22,7 @@ def test_counts_per_category(sample_run):
     report, _, _ = sample_run
     assert report.counts() == {
         "compile-error": 1,
+        "eager-frame": 0,
         "mismatch": 1,
         "graph-break": 2,
         "fallback": 1,

@@ -22,7 +22,7 @@ def test_json_validates_against_our_schema_and_round_trips(sample_run):
     doc = json.loads(formats.render_json(report))
     jsonschema.Draft202012Validator.check_schema(REPORT_SCHEMA)
     jsonschema.validate(doc, REPORT_SCHEMA, cls=jsonschema.Draft202012Validator)
-    assert doc["schema_version"] == "1.2" and doc["counts"]["graph-break"] == 2
+    assert doc["schema_version"] == "1.3" and doc["counts"]["graph-break"] == 2
     assert doc["world_size"] == 1 and {tuple(g["ranks"]) for g in doc["graphs"]} == {(0,)}
     assert doc["est_device_s_total"] > 0 and doc["est_target"] == "trn2"
     again = Report.from_dict(doc)

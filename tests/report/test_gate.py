@@ -34,10 +34,10 @@ def _break(line: int, count: int = 1) -> Finding:
 
 
 def test_parse_fail_on():
-    assert gate.parse_fail_on(None) == ("compile-error", "mismatch")
+    assert gate.parse_fail_on(None) == ("compile-error", "eager-frame", "mismatch")
     assert gate.parse_fail_on("fallback, graph-break") == ("graph-break", "fallback")
     assert gate.parse_fail_on("none") == ()
-    assert len(gate.parse_fail_on("all")) == 6
+    assert len(gate.parse_fail_on("all")) == 7
     with pytest.raises(ValueError, match="unknown --fail-on category nope"):
         gate.parse_fail_on("fallback,nope")
 

@@ -27,21 +27,35 @@ def test_breaks():
 """
 
 
-def test_plugin_writes_every_format_and_gates(tmp_path):
-    (tmp_path / "test_sample.py").write_text(TESTS)
-    out = tmp_path / "out"
+def run_plugin_session(
+    tmp_path: Path, test_file: str, *options: str
+) -> subprocess.CompletedProcess:
+    """``pytest test_file *options`` in a fresh process in ``tmp_path``, with the plugin (its entry
+    point, or ``-p`` when the package is not installed) and a cache of its own."""
     plugins = entry_points(group="pytest11")
     registered = any(ep.value == "neuron_compile.pytest_plugin" for ep in plugins)
     args = [] if registered else ["-p", "neuron_compile.pytest_plugin"]
-    env = {**os.environ, "NEURON_COMPILE_CACHE_DIR": str(tmp_path / "cache")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, "test_sample.py"]
-        + [f"--neuron-report={out}", "--neuron-fail-on=graph-break"],
+    env = {
+        **os.environ,
+        "NEURON_COMPILE_CACHE_DIR": str(tmp_path / "cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, test_file]
+        + list(options),
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
+    )
+
+
+def test_plugin_writes_every_format_and_gates(tmp_path):
+    (tmp_path / "test_sample.py").write_text(TESTS)
+    out = tmp_path / "out"
+    proc = run_plugin_session(
+        tmp_path, "test_sample.py", f"--neuron-report={out}", "--neuron-fail-on=graph-break"
     )
     # both tests pass, but the gate fails the session on the graph break
     assert proc.returncode == 1, proc.stdout + proc.stderr

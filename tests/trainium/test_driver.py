@@ -155,7 +155,14 @@ def test_neff_key_includes_compiler_version_flags_target_and_lnc(double, monkeyp
 
 
 def test_compile_only_compiles_the_neff_and_runs_on_cpu(double):
-    _run_mlp({"target": "trn3", "lnc": 1})  # asserts eager numerics
+    from neuron_compile.trainium.neff import ToolchainWarning
+    from neuron_compile.warn_once import reset_warn_once
+
+    reset_warn_once()  # said once per process: another test may have said it already
+    with pytest.warns(ToolchainWarning, match="compile-only mode: no Neuron device") as caught:
+        _run_mlp({"target": "trn3", "lnc": 1})  # asserts eager numerics
+    said = [w for w in caught if issubclass(w.category, ToolchainWarning)]
+    assert [w.filename for w in said] == [__file__]  # the user's line, not ours
     (argv,) = double.calls()
     assert argv[argv.index("--target") + 1] == "trn3" and argv[argv.index("--lnc") + 1] == "1"
     assert len(neuron_compile.metrics()) == 1

@@ -19,6 +19,7 @@ from neuron_compile.lowering.lower_graph import LoweredGraph
 from neuron_compile.targets import get_target
 from neuron_compile.trainium.kernels import nki as nki_mod
 from neuron_compile.trainium.legality import find_violations
+from neuron_compile.trainium.legality_collectives import CollectiveConstraintWarning
 from tests import nki_double
 
 TRN2, CPU = get_target("trn2"), get_target("cpu")
@@ -364,7 +365,9 @@ def _collective(op: str, element: str) -> str:
 )
 def test_integer_collectives(op, element, codes):
     lowered = _text(_collective(op, element))
-    assert _codes(ANY_GM, lowered) == codes
+    # the replica groups break a constraint only a third-party write-up states (said once)
+    with pytest.warns(CollectiveConstraintWarning, match="unverified"):
+        assert _codes(ANY_GM, lowered) == codes
     assert _codes(ANY_GM, lowered, flags=f"--implicit-integer-downcast={op}") == []
     assert _codes(ANY_GM, lowered, flags="--implicit-integer-downcast=all") == []
     other = "reduce_scatter" if op == "all_reduce" else "all_reduce"

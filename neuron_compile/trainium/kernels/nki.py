@@ -57,7 +57,7 @@ from torch import Tensor
 
 from ...errors import LoweringError, NkiOpError
 from ...versions import dist_version
-from ...warn_once import once_set, warn_once
+from ...warn_once import NeuronCompileWarning, once_set, warn_once
 
 if TYPE_CHECKING:
     from ...lowering.context import LoweringContext
@@ -77,7 +77,7 @@ def clear_configs() -> None:
     _CONFIGS.clear()
 
 
-class NkiFallbackWarning(UserWarning):
+class NkiFallbackWarning(NeuronCompileWarning):
     """A kernel was not used on a trn target; neuronx-cc gets the reference decomposition."""
 
 
@@ -422,7 +422,6 @@ def warn_fallback(name: str, why: str) -> None:
         name,
         f"kernel {name} not used: {why}; neuronx-cc receives the reference decomposition",
         NkiFallbackWarning,
-        stacklevel=3,
     )
 
 
