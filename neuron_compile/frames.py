@@ -28,12 +28,13 @@ import ast
 import collections
 import functools
 import linecache
-import os
 import re
 import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
+
+from .warn_once import is_library_file
 
 _lock = threading.Lock()
 #: code key (file, first line, name) -> its record, in the order the frames ran
@@ -65,16 +66,6 @@ class EagerFrame:
         return f"{self.function} at {self.file}:{self.line} ran eagerly: {self.reason}" + (
             f"; fix: {self.fix}" if self.fix else ""
         )
-
-
-@functools.cache
-def _package_dirs() -> tuple[str, ...]:
-    import torch
-
-    return (
-        os.path.dirname(os.path.abspath(torch.__file__)) + os.sep,
-        os.path.dirname(os.path.abspath(__file__)) + os.sep,
-    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -142,7 +133,7 @@ def _counts(m: Any) -> bool:
         m.config_suppress_errors and not _backend_error(m.fail_type)
     ):
         return False  # the error reached the user: the frame did not run
-    return not (m.co_filename or "").startswith(_package_dirs())
+    return not is_library_file(m.co_filename or "")
 
 
 def _backend_error(fail_type: str) -> bool:

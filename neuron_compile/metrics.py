@@ -154,10 +154,12 @@ def bucket_metrics() -> list[BucketRecord]:
 
 def reset_metrics() -> None:
     """Clear graph records, bucket records, eager frames (``eager_frames()``), recompile counts
-    and events and the cache counters; warm-up (strict mode) starts again."""
+    and events and the cache counters; warm-up (strict mode) starts again, and per-run warnings
+    (the 64-bit policy's, once per model) are said again."""
     from .cache.tiers import reset_cache_stats
     from .frames import reset_eager_frames
     from .shapes import reset_recompiles
+    from .warn_once import reset_run_once
 
     with _lock:
         _RECORDS.clear()
@@ -165,3 +167,4 @@ def reset_metrics() -> None:
     reset_eager_frames()
     reset_recompiles()
     reset_cache_stats()
+    reset_run_once()

@@ -17,7 +17,7 @@ import torch.fx as fx
 from .config import NeuronConfig
 from .errors import RecompileLimitError
 from .narrowing import user_name
-from .warn_once import NeuronCompileWarning, reset_run_once, warn
+from .warn_once import NeuronCompileWarning, warn
 
 log = logging.getLogger(__name__)
 
@@ -510,4 +510,3 @@ def reset_recompiles() -> None:
         _graph_counter.clear()
         _known_buckets.clear()
         _warmup["done"] = False
-    reset_run_once()  # per-model warnings (the 64-bit policy's) are said again in a new run

@@ -118,7 +118,9 @@ def _library_dirs() -> tuple[str, str, str]:
     )
 
 
-def _is_library(filename: str) -> bool:
+def is_library_file(filename: str) -> bool:
+    """Whether ``filename`` is torch's, this package's, the standard library's or generated
+    code: never the user's (``user_frame``; ``frames.eager_frames`` skips such frames too)."""
     # <frozen importlib._bootstrap>, and the code FX generates for a GraphModule's forward
     if filename.startswith(("<frozen ", "<eval_with_key>")):
         return True
@@ -132,7 +134,7 @@ def user_frame(frame: FrameType | None) -> FrameType | None:
     """The first frame, from ``frame`` outwards, that is not torch's, ours or the standard
     library's: the user's line that triggered the compile (a warning there points at their
     code, as ``warnings.warn``'s ``skip_file_prefixes`` of Python 3.12 would)."""
-    while frame is not None and _is_library(frame.f_code.co_filename):
+    while frame is not None and is_library_file(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 
