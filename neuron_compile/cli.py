@@ -57,7 +57,8 @@ def _info() -> dict[str, Any]:
 
 def _ops(target_name: str) -> dict[str, Any]:
     """Every op with a lowering for ``target_name``, and which of them the target lowers with a
-    form of its own (a kernel: ``Target.lowering_keys``) instead of the reference rule."""
+    form of its own (``Target.lowering_keys``; listed as ``kernel``: trn's kernel calls, cpu's
+    grouped-convolution taps) instead of the reference rule."""
     from .lowering import registered_ops
     from .targets import get_target
 

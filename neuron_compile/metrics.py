@@ -31,6 +31,9 @@ class GraphRecord:
     executor_compile_s: float = 0.0  # XLA compile, or loading a cached executable
     backend_s: float = 0.0  # graph handed to our compiler -> runnable callable, everything included
     executor_cache_hit: bool = False  # the executable came from the in-process LRU
+    #: Wall time of the graph's first execution (summed over its regions), one-time work of the
+    #: executor's included: the rest of a cold first call is tracing and ``backend_s``.
+    first_run_s: float = 0.0
     #: Where the artifact came from: ``memory``, ``disk``, ``remote``, ``compiled`` (a miss, now
     #: stored), ``uncached`` (a miss the cache could not store) or ``off`` (cache disabled).
     cache_source: str = ""

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
+from .cpu import CPU_KEY
+
 if TYPE_CHECKING:
     import torch.fx as fx
 
@@ -116,7 +118,7 @@ class Target:
         return []
 
 
-CPU = Target()
+CPU = Target(lowering_keys=(CPU_KEY,))
 
 
 def _entries(group: str) -> dict[str, Any]:
@@ -138,6 +140,8 @@ def target_choices() -> tuple[str, ...]:
 def get_target(name: str) -> Target:
     """The ``Target`` named ``name``; KeyError for a name no installed target has."""
     if name == "cpu":
+        from .cpu import lowering  # noqa: F401  (registers the cpu target's own forms)
+
         return CPU
     entry = _entries(TARGET_GROUP).get(name)
     if entry is None:

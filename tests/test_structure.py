@@ -172,4 +172,5 @@ def test_ops_lists_the_trainium_kernel_forms():
     }
     assert {str(op) for op in NEURON_CALLS} | flash <= kernels
     assert trn2["aten.addmm.default"] == "reference"
-    assert set(_ops("cpu")["forms"].values()) == {"reference"}
+    own = {op for op, form in _ops("cpu")["forms"].items() if form != "reference"}
+    assert own == {"aten.convolution.default", "aten.convolution_backward.default"}

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..collectives import world
 from ..errors import ExecutorError
-from .client import ASYNCHRONOUS_EXECUTION, Client
+from .client import Client, make_cpu_client
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,8 @@ def _connect(replicas: int) -> Any:
     )
     client.connect()
     collectives = _jax.make_gloo_tcp_collectives(distributed_client=client)
-    backend = xla_client.make_cpu_client(
-        asynchronous=ASYNCHRONOUS_EXECUTION,
+    backend = make_cpu_client(
+        xla_client,
         distributed_client=client,
         node_id=rank,
         num_nodes=size,

@@ -1,0 +1,257 @@
+"""The cpu target's forms of grouped convolutions (``groups > 1``): kernel taps instead of one
+grouped ``stablehlo.convolution``.
+
+XLA CPU runs a convolution as a library call only without groups. It rewrites a grouped one into
+an ungrouped convolution with a block-diagonal kernel (``groups`` times the work: 40x eager for a
+depthwise 3x3), and a grouped kernel gradient (``batch_group_count``) into something slower
+still (200x eager for ``groups=8``). These forms compute the same sums from the ``K`` kernel
+taps (``K`` = kernel elements), each a strided slice of the padded input:
+
+* depthwise (one input channel per group): ``sum_k slice_k(x) * w[:, k]``, elementwise, one
+  loop XLA fuses;
+* other groups: the taps stacked into patches ``(N, G, C/G, K, *out)`` and one ``dot_general``
+  batched over the groups (a GEMM per group, as eager's grouped kernels do);
+* grad_input: the same forward on grad_output spread by the stride and padded, with the
+  per-group transposed, spatially reversed kernel (``conv.conv_transpose_lhs``'s formula);
+* grad_weight: the patches of the input contracted with grad_output over batch and space.
+
+Operands compute in ``ctx.compute_dtype`` (float32 for bfloat16/float16) and round once, as the
+reference rule's convolution does. Sums run in another order than eager's kernels; the
+conformance suite checks them within the same tolerances. Transposed grouped convolutions and
+integer ones keep the reference rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from itertools import product
+
+import torch
+import torch.fx as fx
+
+from ..lowering.context import LoweringContext
+from ..lowering.emit import Value
+from ..lowering.registry import lowering
+from ..lowering.rules import all_of, arg, floats
+from ..lowering.stablehlo.conv import _batched, _per_dim
+from ..lowering.stablehlo.reduction import sum_
+from . import CPU_KEY
+
+aten = torch.ops.aten
+
+
+def _grouped_regular(groups_index: int, transposed_index: int):
+    def check(node: fx.Node) -> str | None:
+        if arg(node, transposed_index, "transposed", False):
+            return "transposed convolutions keep the reference form"
+        if int(arg(node, groups_index, "groups", 1)) <= 1:
+            return "ungrouped convolutions keep the reference form (a library call on XLA CPU)"
+        return None
+
+    check.__name__ = "grouped_regular_convolution"
+    return check
+
+
+def _taps(
+    ctx: LoweringContext,
+    x: Value,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    out_spatial: Sequence[int],
+) -> list[Value]:
+    """Per kernel element (row-major), the strided slice of the padded ``x (N, C, *S)`` it
+    multiplies: ``(N, C, *out_spatial)``."""
+    n, c = x.shape[:2]
+    slices = []
+    for tap in product(*(range(k) for k in kernel)):
+        start = [t * d for t, d in zip(tap, dilation, strict=True)]
+        limit = [b + (o - 1) * s + 1 for b, o, s in zip(start, out_spatial, stride, strict=True)]
+        slices.append(ctx.emit.slice(x, [0, 0, *start], [n, c, *limit], [1, 1, *stride]))
+    return slices
+
+
+def grouped_forward(
+    ctx: LoweringContext,
+    x: Value,
+    w: Value,
+    stride: Sequence[int],
+    dilation: Sequence[int],
+    out_spatial: Sequence[int],
+    groups: int,
+) -> Value:
+    """``x (N, C, *S)``, already padded, convolved with ``w (O, C/G, *K)`` in ``groups`` groups:
+    ``(N, O, *out_spatial)`` in ``x``'s dtype (the compute dtype)."""
+    e = ctx.emit
+    n = x.shape[0]
+    out_ch, in_per_group, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
+    out_per_group, taps = out_ch // groups, math.prod(kernel)
+    slices = _taps(ctx, x, kernel, stride, dilation, out_spatial)
+    wide = [n, groups, out_per_group, *out_spatial]
+    w_taps = e.reshape(w, [groups, out_per_group, in_per_group, taps])
+    if in_per_group == 1:  # depthwise: one product per tap, summed elementwise
+        acc = None
+        for k, s in enumerate(slices):
+            xs = e.broadcast_in_dim(e.reshape(s, [n, groups, *out_spatial]), wide,
+                                    [0, 1, *range(3, 3 + len(out_spatial))])  # fmt: skip
+            wk = e.slice(w_taps, [0, 0, 0, k], [groups, out_per_group, 1, k + 1], [1, 1, 1, 1])
+            wk = e.broadcast_in_dim(e.reshape(wk, [groups, out_per_group]), wide, [1, 2])
+            term = e.binary("multiply", xs, wk)
+            acc = term if acc is None else e.binary("add", acc, term)
+        return e.reshape(acc, [n, out_ch, *out_spatial])
+    split = [n, groups, in_per_group, 1, *out_spatial]
+    patches = e.concatenate([e.reshape(s, split) for s in slices], 3)  # (N, G, C/G, K, *out)
+    spatial = list(range(4, 4 + len(out_spatial)))
+    y = e.dot_general(patches, w_taps, ((2, 3), (2, 3)), ((1,), (0,)))  # (G, N, *out, O/G)
+    y = e.transpose(y, [1, 0, len(out_spatial) + 2, *(d - 2 for d in spatial)])
+    return e.reshape(y, [n, out_ch, *out_spatial])
+
+
+def _padded(ctx: LoweringContext, x: Value, pads: Sequence[tuple[int, int]], spread=None) -> Value:
+    spread = spread or [1] * len(pads)
+    zero = ctx.emit.scalar(0, x.dtype)
+    return ctx.emit.pad(x, zero, [0, 0, *(lo for lo, _ in pads)], [0, 0, *(hi for _, hi in pads)],
+                        [0, 0, *(s - 1 for s in spread)])  # fmt: skip
+
+
+def _forward_pads(x: Value, w: Value, stride, padding, dilation, out_spatial):
+    pads = []
+    for size, k, s, p, d, out in zip(
+        x.shape[2:], w.shape[2:], stride, padding, dilation, out_spatial, strict=True
+    ):
+        pads.append((p, (out - 1) * s + d * (k - 1) + 1 - size - p))
+    return pads
+
+
+@lowering(aten.convolution.default, key=CPU_KEY, supports=all_of(floats, _grouped_regular(8, 6)))
+def lower_grouped_convolution(
+    ctx: LoweringContext,
+    x: Value,
+    w: Value,
+    bias: Value | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Sequence[int],
+    groups: int,
+) -> Value:
+    e = ctx.emit
+    n = w.rank - 2
+    stride, padding, dilation = (_per_dim(v, n) for v in (stride, padding, dilation))
+    out = ctx.out_type()
+    xb = _batched(ctx, x, w)
+    cd = ctx.compute_dtype(xb.dtype)
+    xb, wc = e.convert(xb, cd), e.convert(w, cd)
+    out_spatial = list(out.shape[-n:])
+    pads = _forward_pads(xb, wc, stride, padding, dilation, out_spatial)
+    y = grouped_forward(ctx, _padded(ctx, xb, pads), wc, stride, dilation, out_spatial, groups)
+    if bias is not None:
+        y = e.binary("add", y, e.broadcast_in_dim(e.convert(bias, cd), y.shape, [1]))
+    return e.convert(e.reshape(y, out.shape), out.dtype)
+
+
+def grouped_grad_input(
+    ctx: LoweringContext,
+    g: Value,
+    w: Value,
+    in_spatial: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> Value:
+    """grad_input of a grouped convolution: ``g (N, O, *S')`` spread by the stride and padded,
+    convolved with the per-group transposed, reversed kernel ``(C, O/G, *K)``."""
+    e = ctx.emit
+    n = w.rank - 2
+    out_ch, in_per_group, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
+    k = e.reshape(w, [groups, out_ch // groups, in_per_group, *kernel])
+    k = e.transpose(k, [0, 2, 1, *range(3, n + 3)])
+    k = e.reverse(e.reshape(k, [groups * in_per_group, out_ch // groups, *kernel]),
+                  list(range(2, n + 2)))  # fmt: skip
+    pads = []
+    for size, kk, s, p, d, o in zip(
+        in_spatial, kernel, stride, padding, dilation, g.shape[2:], strict=True
+    ):
+        lo = d * (kk - 1) - p
+        pads.append((lo, size + d * (kk - 1) - ((o - 1) * s + 1) - lo))
+    spread = _padded(ctx, g, pads, spread=stride)
+    return grouped_forward(ctx, spread, k, [1] * n, dilation, in_spatial, groups)
+
+
+def grouped_grad_weight(
+    ctx: LoweringContext,
+    x: Value,
+    g: Value,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    groups: int,
+) -> Value:
+    """grad_weight ``(O, C/G, *K)``: the input's tap patches contracted with ``g (N, O, *S')``
+    over batch and output positions, per group."""
+    e = ctx.emit
+    n, channels = x.shape[:2]
+    out_spatial, out_ch = list(g.shape[2:]), g.shape[1]
+    in_per_group, rank = channels // groups, len(kernel)
+    pads = []
+    for size, k, s, p, d, o in zip(x.shape[2:], kernel, stride, padding, dilation, out_spatial,
+                                   strict=True):  # fmt: skip
+        pads.append((p, (k - 1) * d + (o - 1) * s + 1 - size - p))
+    slices = _taps(ctx, _padded(ctx, x, pads), kernel, stride, dilation, out_spatial)
+    gg = e.reshape(g, [n, groups, out_ch // groups, *out_spatial])
+    space = list(range(3, 3 + rank))
+    if in_per_group == 1:  # depthwise: per tap, a product reduced over batch and space
+        sums = []
+        for s in slices:
+            xs = e.broadcast_in_dim(e.reshape(s, [n, groups, *out_spatial]), gg.shape,
+                                    [0, 1, *space])  # fmt: skip
+            tap = sum_(ctx, e.binary("multiply", xs, gg), [0, *space], False, g.dtype)
+            sums.append(e.reshape(tap, [groups, out_ch // groups, 1]))
+        return e.reshape(e.concatenate(sums, 2), [out_ch, 1, *kernel])  # (G, O/G, K)
+    split = [n, groups, in_per_group, 1, *out_spatial]
+    patches = e.concatenate([e.reshape(s, split) for s in slices], 3)  # (N, G, C/G, K, *out)
+    gw = e.dot_general(gg, patches, ((0, *space), (0, *(d + 1 for d in space))), ((1,), (1,)))
+    return e.reshape(gw, [out_ch, in_per_group, *kernel])  # (G, O/G, C/G, K) in order
+
+
+@lowering(
+    aten.convolution_backward.default,
+    key=CPU_KEY,
+    supports=all_of(floats, _grouped_regular(9, 7)),
+)
+def lower_grouped_convolution_backward(
+    ctx: LoweringContext,
+    grad_out: Value,
+    x: Value,
+    w: Value,
+    bias_sizes: Sequence[int] | None,
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    transposed: bool,
+    output_padding: Sequence[int],
+    groups: int,
+    output_mask: Sequence[bool],
+) -> tuple[Value | None, Value | None, Value | None]:
+    e = ctx.emit
+    n = w.rank - 2
+    stride, padding, dilation = (_per_dim(v, n) for v in (stride, padding, dilation))
+    xb, gb = _batched(ctx, x, w), _batched(ctx, grad_out, w)
+    cd = ctx.compute_dtype(xb.dtype)
+    xc, gc, wc = e.convert(xb, cd), e.convert(gb, cd), e.convert(w, cd)
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        gi = grouped_grad_input(ctx, gc, wc, list(xb.shape[2:]), stride, padding, dilation, groups)
+        out = ctx.out_type(0)
+        grad_input = e.convert(e.reshape(gi, out.shape), out.dtype)
+    if output_mask[1]:
+        gw = grouped_grad_weight(ctx, xc, gc, list(w.shape[2:]), stride, padding, dilation, groups)
+        grad_weight = e.convert(gw, ctx.out_type(1).dtype)
+    if output_mask[2]:
+        dims = [d for d in range(gb.rank) if d != 1]
+        grad_bias = sum_(ctx, gb, dims, False, ctx.out_type(2).dtype)
+    return grad_input, grad_weight, grad_bias

@@ -1,0 +1,85 @@
+"""The cpu target's grouped-convolution forms (``neuron_compile/cpu/lowering.py``): forward and
+both gradients match eager for depthwise (with and without a channel multiplier) and other
+groups, strided, dilated, 1-D to 3-D and in bfloat16; the cpu module carries no grouped
+``stablehlo.convolution`` while trn2 still receives exactly one (the reference form)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+CASES = {
+    # name: (conv class, in, out, kernel, stride, padding, dilation, groups, spatial)
+    "depthwise3x3": (nn.Conv2d, 8, 8, 3, 1, 1, 1, 8, (9, 9)),
+    "depthwise7x7": (nn.Conv2d, 6, 6, 7, 1, 3, 1, 6, (10, 10)),
+    "multiplier2_stride2": (nn.Conv2d, 4, 8, 3, 2, 1, 1, 4, (9, 9)),
+    "groups4_dilated": (nn.Conv2d, 8, 12, 3, 2, 2, 2, 4, (11, 11)),
+    "groups2_1d": (nn.Conv1d, 6, 4, 5, 2, 1, 1, 2, (17,)),
+    "groups3_3d": (nn.Conv3d, 6, 3, 3, 1, 1, 1, 3, (5, 6, 5)),
+}
+
+
+def _model(name: str) -> tuple[nn.Module, torch.Tensor]:
+    cls, cin, cout, k, s, p, d, g, spatial = CASES[name]
+    torch.manual_seed(0)
+    conv = cls(cin, cout, k, stride=s, padding=p, dilation=d, groups=g)
+    return conv, torch.randn(3, cin, *spatial)
+
+
+def _grads(model: nn.Module, x: torch.Tensor, compiled: nn.Module):
+    x = x.clone().requires_grad_()
+    out = compiled(x)
+    (out.float() * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    grads = [x.grad, model.weight.grad, model.bias.grad]
+    model.zero_grad(set_to_none=True)
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_eager(name: str) -> None:
+    model, x = _model(name)
+    expected = _grads(model, x, model)
+    torch._dynamo.reset()
+    actual = _grads(model, x, torch.compile(model, backend="neuron"))
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-5, atol=1e-5)
+    for a, e in zip(actual[1], expected[1], strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+
+
+def test_bfloat16_rounds_once_like_eager() -> None:
+    model, x = _model("groups4_dilated")
+    model = model.to(torch.bfloat16)
+    x = x.to(torch.bfloat16)
+    expected = _grads(model, x, model)
+    torch._dynamo.reset()
+    actual = _grads(model, x, torch.compile(model, backend="neuron"))
+    assert actual[0].dtype == torch.bfloat16
+    torch.testing.assert_close(actual[0], expected[0], rtol=2e-2, atol=2e-2)
+    for a, e in zip(actual[1], expected[1], strict=True):
+        assert a.dtype == e.dtype
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=5e-2)
+
+
+def _grouped_convolutions(dump: Path) -> dict[str, int]:
+    counts = {}
+    for module in sorted(dump.rglob("module.stablehlo.mlir")):
+        text = module.read_text()
+        counts[module.parent.name.rsplit("_", 2)[-2]] = len(
+            [m for m in re.findall(r"(feature|batch)_group_count = (\d+)", text) if m[1] != "1"]
+        )
+    return counts
+
+
+@pytest.mark.parametrize("target, grouped", [("cpu", 0), ("trn2", 1)])
+def test_only_the_cpu_target_gets_the_tap_forms(tmp_path: Path, target: str, grouped: int) -> None:
+    model, x = _model("multiplier2_stride2")
+    torch._dynamo.reset()
+    options = {"target": target, "dump_dir": str(tmp_path)}
+    _grads(model, x, torch.compile(model, backend="neuron", options=options))
+    # forward: one grouped convolution; backward: grad_input and grad_weight, one each
+    expected = {"forward": grouped, "backward": 2 * grouped}
+    assert _grouped_convolutions(tmp_path) == expected
