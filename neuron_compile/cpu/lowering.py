@@ -4,7 +4,7 @@ grouped ``stablehlo.convolution``.
 XLA CPU runs a convolution as a library call only without groups. It rewrites a grouped one into
 an ungrouped convolution with a block-diagonal kernel (``groups`` times the work: 40x eager for a
 depthwise 3x3), and a grouped kernel gradient (``batch_group_count``) into something slower
-still (200x eager for ``groups=8``). These forms compute the same sums from the ``K`` kernel
+still (200x eager for ``groups=8``; docs/benchmarks.md). These forms compute the same sums from the ``K`` kernel
 taps (``K`` = kernel elements), each a strided slice of the padded input:
 
 * depthwise (one input channel per group): ``sum_k slice_k(x) * w[:, k]``, elementwise, one
@@ -13,9 +13,11 @@ taps (``K`` = kernel elements), each a strided slice of the padded input:
   batched over the groups (a GEMM per group, as eager's grouped kernels do);
 * grad_input: the same forward on grad_output spread by the stride and padded, with the
   per-group transposed, spatially reversed kernel (``conv.conv_transpose_lhs``'s formula);
-* grad_weight: the patches of the input contracted with grad_output over batch and space.
+* grad_weight: per tap, the input's slice times grad_output summed over batch and space
+  (depthwise), or the input's patches contracted with grad_output in one ``dot_general``.
 
-Operands compute in ``ctx.compute_dtype`` (float32 for bfloat16/float16) and round once, as the
+The rules are the reference's (``lower_convolution(_backward)``: batching, bias, masks, result
+dtypes) with these three forms passed in, as the trn forms are. Operands compute in ``ctx.compute_dtype`` (float32 for bfloat16/float16) and round once, as the
 reference rule's convolution does. Sums run in another order than eager's kernels; the
 conformance suite checks them within the same tolerances. Transposed grouped convolutions and
 integer ones keep the reference rule.
@@ -24,8 +26,9 @@ integer ones keep the reference rule.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import product
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -34,14 +37,20 @@ from ..lowering.context import LoweringContext
 from ..lowering.emit import Value
 from ..lowering.registry import lowering
 from ..lowering.rules import all_of, arg, floats
-from ..lowering.stablehlo.conv import _batched, _per_dim
+from ..lowering.stablehlo.conv import (
+    forward_padding,
+    lower_convolution,
+    lower_convolution_backward,
+)
 from ..lowering.stablehlo.reduction import sum_
 from . import CPU_KEY
 
 aten = torch.ops.aten
 
 
-def _grouped_regular(groups_index: int, transposed_index: int):
+def _grouped_regular(groups_index: int, transposed_index: int) -> Callable[[fx.Node], str | None]:
+    """Support predicate: a regular (not transposed) convolution with ``groups > 1``."""
+
     def check(node: fx.Node) -> str | None:
         if arg(node, transposed_index, "transposed", False):
             return "transposed convolutions keep the reference form"
@@ -108,48 +117,43 @@ def grouped_forward(
     return e.reshape(y, [n, out_ch, *out_spatial])
 
 
-def _padded(ctx: LoweringContext, x: Value, pads: Sequence[tuple[int, int]], spread=None) -> Value:
-    spread = spread or [1] * len(pads)
+def _padded(
+    ctx: LoweringContext, x: Value, pads: Sequence[tuple[int, int]], spread: Sequence[int]
+) -> Value:
+    """``x`` with edge padding ``pads`` (negative: cropped) and ``spread - 1`` zeros between
+    neighbours (what input dilation would place)."""
     zero = ctx.emit.scalar(0, x.dtype)
     return ctx.emit.pad(x, zero, [0, 0, *(lo for lo, _ in pads)], [0, 0, *(hi for _, hi in pads)],
                         [0, 0, *(s - 1 for s in spread)])  # fmt: skip
 
 
-def _forward_pads(x: Value, w: Value, stride, padding, dilation, out_spatial):
-    pads = []
-    for size, k, s, p, d, out in zip(
-        x.shape[2:], w.shape[2:], stride, padding, dilation, out_spatial, strict=True
-    ):
-        pads.append((p, (out - 1) * s + d * (k - 1) + 1 - size - p))
-    return pads
+def _computing(ctx: LoweringContext, *values: Value) -> list[Value]:
+    """Operands in the compute dtype (float32 for bfloat16/float16), as the reference's
+    convolution accumulates them."""
+    return [ctx.emit.convert(v, ctx.compute_dtype(v.dtype)) for v in values]
 
 
-@lowering(aten.convolution.default, key=CPU_KEY, supports=all_of(floats, _grouped_regular(8, 6)))
-def lower_grouped_convolution(
+def grouped_conv_forward(
     ctx: LoweringContext,
     x: Value,
     w: Value,
-    bias: Value | None,
+    out_spatial: Sequence[int],
     stride: Sequence[int],
     padding: Sequence[int],
     dilation: Sequence[int],
-    transposed: bool,
-    output_padding: Sequence[int],
     groups: int,
 ) -> Value:
-    e = ctx.emit
-    n = w.rank - 2
-    stride, padding, dilation = (_per_dim(v, n) for v in (stride, padding, dilation))
-    out = ctx.out_type()
-    xb = _batched(ctx, x, w)
-    cd = ctx.compute_dtype(xb.dtype)
-    xb, wc = e.convert(xb, cd), e.convert(w, cd)
-    out_spatial = list(out.shape[-n:])
-    pads = _forward_pads(xb, wc, stride, padding, dilation, out_spatial)
-    y = grouped_forward(ctx, _padded(ctx, xb, pads), wc, stride, dilation, out_spatial, groups)
-    if bias is not None:
-        y = e.binary("add", y, e.broadcast_in_dim(e.convert(bias, cd), y.shape, [1]))
-    return e.convert(e.reshape(y, out.shape), out.dtype)
+    """``conv.conv_forward`` for ``groups > 1``: ``(N, O, *out_spatial)`` in the compute dtype."""
+    x, w = _computing(ctx, x, w)
+    pads = forward_padding(x, w, out_spatial, stride, padding, dilation)
+    unit = [1] * len(pads)
+    return grouped_forward(ctx, _padded(ctx, x, pads, unit), w, stride, dilation, out_spatial,
+                           groups)  # fmt: skip
+
+
+@lowering(aten.convolution.default, key=CPU_KEY, supports=all_of(floats, _grouped_regular(8, 6)))
+def lower_grouped_convolution(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Value:
+    return lower_convolution(ctx, *args, **kwargs, forward=grouped_conv_forward)
 
 
 def grouped_grad_input(
@@ -165,6 +169,7 @@ def grouped_grad_input(
     """grad_input of a grouped convolution: ``g (N, O, *S')`` spread by the stride and padded,
     convolved with the per-group transposed, reversed kernel ``(C, O/G, *K)``."""
     e = ctx.emit
+    g, w = _computing(ctx, g, w)
     n = w.rank - 2
     out_ch, in_per_group, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
     k = e.reshape(w, [groups, out_ch // groups, in_per_group, *kernel])
@@ -177,7 +182,7 @@ def grouped_grad_input(
     ):
         lo = d * (kk - 1) - p
         pads.append((lo, size + d * (kk - 1) - ((o - 1) * s + 1) - lo))
-    spread = _padded(ctx, g, pads, spread=stride)
+    spread = _padded(ctx, g, pads, stride)
     return grouped_forward(ctx, spread, k, [1] * n, dilation, in_spatial, groups)
 
 
@@ -194,6 +199,7 @@ def grouped_grad_weight(
     """grad_weight ``(O, C/G, *K)``: the input's tap patches contracted with ``g (N, O, *S')``
     over batch and output positions, per group."""
     e = ctx.emit
+    x, g = _computing(ctx, x, g)
     n, channels = x.shape[:2]
     out_spatial, out_ch = list(g.shape[2:]), g.shape[1]
     in_per_group, rank = channels // groups, len(kernel)
@@ -201,7 +207,8 @@ def grouped_grad_weight(
     for size, k, s, p, d, o in zip(x.shape[2:], kernel, stride, padding, dilation, out_spatial,
                                    strict=True):  # fmt: skip
         pads.append((p, (k - 1) * d + (o - 1) * s + 1 - size - p))
-    slices = _taps(ctx, _padded(ctx, x, pads), kernel, stride, dilation, out_spatial)
+    slices = _taps(ctx, _padded(ctx, x, pads, [1] * rank), kernel, stride, dilation,
+                   out_spatial)  # fmt: skip
     gg = e.reshape(g, [n, groups, out_ch // groups, *out_spatial])
     space = list(range(3, 3 + rank))
     if in_per_group == 1:  # depthwise: per tap, a product reduced over batch and space
@@ -224,34 +231,8 @@ def grouped_grad_weight(
     supports=all_of(floats, _grouped_regular(9, 7)),
 )
 def lower_grouped_convolution_backward(
-    ctx: LoweringContext,
-    grad_out: Value,
-    x: Value,
-    w: Value,
-    bias_sizes: Sequence[int] | None,
-    stride: Sequence[int],
-    padding: Sequence[int],
-    dilation: Sequence[int],
-    transposed: bool,
-    output_padding: Sequence[int],
-    groups: int,
-    output_mask: Sequence[bool],
+    ctx: LoweringContext, *args: Any, **kwargs: Any
 ) -> tuple[Value | None, Value | None, Value | None]:
-    e = ctx.emit
-    n = w.rank - 2
-    stride, padding, dilation = (_per_dim(v, n) for v in (stride, padding, dilation))
-    xb, gb = _batched(ctx, x, w), _batched(ctx, grad_out, w)
-    cd = ctx.compute_dtype(xb.dtype)
-    xc, gc, wc = e.convert(xb, cd), e.convert(gb, cd), e.convert(w, cd)
-    grad_input = grad_weight = grad_bias = None
-    if output_mask[0]:
-        gi = grouped_grad_input(ctx, gc, wc, list(xb.shape[2:]), stride, padding, dilation, groups)
-        out = ctx.out_type(0)
-        grad_input = e.convert(e.reshape(gi, out.shape), out.dtype)
-    if output_mask[1]:
-        gw = grouped_grad_weight(ctx, xc, gc, list(w.shape[2:]), stride, padding, dilation, groups)
-        grad_weight = e.convert(gw, ctx.out_type(1).dtype)
-    if output_mask[2]:
-        dims = [d for d in range(gb.rank) if d != 1]
-        grad_bias = sum_(ctx, gb, dims, False, ctx.out_type(2).dtype)
-    return grad_input, grad_weight, grad_bias
+    return lower_convolution_backward(
+        ctx, *args, **kwargs, transpose_lhs=grouped_grad_input, transpose_rhs=grouped_grad_weight
+    )

@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.testing import FileCheck
 
+import neuron_compile
 import neuron_compile.trainium.legality as legality_mod
-from neuron_compile import artifact, errors
+from neuron_compile import artifact, errors, targets
 from neuron_compile.lowering import lower_graph
 from neuron_compile.lowering.lower_graph import LoweredGraph
 from neuron_compile.lowering.stablehlo.conv import conv_transpose_lhs
@@ -285,9 +286,26 @@ def _step(model: nn.Module, x: torch.Tensor, target: str | None) -> list[torch.T
     return [y.detach(), x.grad, *(p.grad for p in model.parameters())]
 
 
+def _reference_step(model: nn.Module, x: torch.Tensor, tmp_path) -> list[torch.Tensor]:
+    """``_step`` on XLA CPU with the reference forms only: the cpu target lowers grouped
+    convolutions with forms of its own (``neuron_compile/cpu/lowering.py``), which sum in another
+    order. Its own cache directory and a reset on both sides keep these executables, compiled
+    from the same graphs under the same keys, from serving any other compile."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(targets, "CPU", targets.Target())
+        patch.setenv("NEURON_COMPILE_CACHE_DIR", str(tmp_path / "reference"))
+        targets.get_target.cache_clear()
+        neuron_compile.reset()
+        try:
+            return _step(model, x, "cpu")
+        finally:
+            neuron_compile.reset()
+            targets.get_target.cache_clear()
+
+
 @pytest.mark.parametrize("name", list(_MODULES))
 def test_trn2_forward_backward_is_legal_bit_exact_to_cpu_and_close_to_eager(
-    name, monkeypatch, no_neuronx_cc
+    name, monkeypatch, no_neuronx_cc, tmp_path
 ):
     make, shape = _MODULES[name]
     torch.manual_seed(0)
@@ -299,7 +317,7 @@ def test_trn2_forward_backward_is_legal_bit_exact_to_cpu_and_close_to_eager(
         checked.append((gm, lowered, target))
         real_check(gm, lowered, target, **kw)
 
-    eager, cpu = _step(model, x, None), _step(model, x, "cpu")
+    eager, cpu = _step(model, x, None), _reference_step(model, x, tmp_path)
     monkeypatch.setattr(legality_mod, "check_legality", spy)
     trn2 = _step(model, x, "trn2")
     assert len(checked) == 2  # the forward and the backward graph

@@ -47,6 +47,26 @@ def _per_dim(value: Sequence[int] | int, n: int) -> list[int]:
     return [int(v) for v in values] * n if len(values) == 1 else [int(v) for v in values]
 
 
+def forward_padding(
+    x: Value,
+    w: Value,
+    out_spatial: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> list[tuple[int, int]]:
+    """(low, high) padding per spatial dim of a regular convolution of ``x`` by ``w`` giving
+    ``out_spatial``: the high side is cropped (negative) where ``out_spatial`` is shorter."""
+    pads = []
+    for size, k, s, p, d, out in zip(
+        x.shape[2:], w.shape[2:], stride, padding, dilation, out_spatial, strict=True
+    ):
+        natural = (size + 2 * p - d * (k - 1) - 1) // s + 1
+        hi = p if natural == out else (out - 1) * s + d * (k - 1) + 1 - size - p
+        pads.append((p, hi))
+    return pads
+
+
 def conv_forward(
     ctx: LoweringContext,
     x: Value,
@@ -60,13 +80,7 @@ def conv_forward(
     """Regular convolution ``x (N, C, *S) * w (O, C/g, *K) -> (N, O, *out_spatial)`` in the
     compute dtype. The high padding is derived from ``out_spatial`` so callers can crop."""
     n = w.rank - 2
-    pads = []
-    for size, k, s, p, d, out in zip(
-        x.shape[2:], w.shape[2:], stride, padding, dilation, out_spatial, strict=True
-    ):
-        natural = (size + 2 * p - d * (k - 1) - 1) // s + 1
-        hi = p if natural == out else (out - 1) * s + d * (k - 1) + 1 - size - p
-        pads.append((p, hi))
+    pads = forward_padding(x, w, out_spatial, stride, padding, dilation)
     return ctx.emit.convolution(
         x, w, [x.shape[0], w.shape[0], *out_spatial],
         dimension_numbers=_numbers("bf", "oi", "bf", n),
@@ -135,10 +149,12 @@ def conv_transpose_rhs(
     )  # fmt: skip
 
 
-#: A function with ``conv_transpose_lhs``'s signature and result (grad_input, a transposed
-#: convolution): a target whose compiler rejects that form (trn: input with kernel dilation,
-#: NCC_EVRF010) passes an equivalent of its own to ``lower_convolution(_backward)``.
-TransposeLhs = Callable[..., Value]
+#: Functions with the signature and result of ``conv_forward``, ``conv_transpose_lhs``
+#: (grad_input, a transposed convolution) and ``conv_transpose_rhs`` (grad_weight): a target
+#: whose compiler rejects a form (trn: input with kernel dilation, NCC_EVRF010) or runs it slowly
+#: (XLA CPU: grouped convolutions) passes an equivalent of its own to
+#: ``lower_convolution(_backward)``.
+ConvForm = Callable[..., Value]
 
 
 def _batched(ctx: LoweringContext, x: Value, w: Value) -> Value:
@@ -159,7 +175,8 @@ def lower_convolution(
     output_padding: Sequence[int],
     groups: int,
     *,
-    transpose_lhs: TransposeLhs = conv_transpose_lhs,
+    transpose_lhs: ConvForm = conv_transpose_lhs,
+    forward: ConvForm = conv_forward,
 ) -> Value:
     e = ctx.emit
     n = w.rank - 2
@@ -171,7 +188,7 @@ def lower_convolution(
     if transposed:  # output_padding is already part of the output shape
         y = transpose_lhs(ctx, xb, w, out_spatial, stride, padding, dilation, groups)
     else:
-        y = conv_forward(ctx, xb, w, out_spatial, stride, padding, dilation, groups)
+        y = forward(ctx, xb, w, out_spatial, stride, padding, dilation, groups)
     if bias is not None:
         b = e.convert(bias, y.dtype)
         y = e.binary("add", y, e.broadcast_in_dim(b, y.shape, [1]))
@@ -193,7 +210,8 @@ def lower_convolution_backward(
     groups: int,
     output_mask: Sequence[bool],
     *,
-    transpose_lhs: TransposeLhs = conv_transpose_lhs,
+    transpose_lhs: ConvForm = conv_transpose_lhs,
+    transpose_rhs: ConvForm = conv_transpose_rhs,
 ) -> tuple[Value | None, Value | None, Value | None]:
     """Returns ``None`` for outputs masked off by ``output_mask`` (their meta val is None too)."""
     e = ctx.emit
@@ -216,7 +234,7 @@ def lower_convolution_backward(
         if transposed:  # roles of input and grad_output swap
             gw = conv_transpose_rhs(ctx, gb, xb, kernel, stride, padding, dilation, groups)
         else:
-            gw = conv_transpose_rhs(ctx, xb, gb, kernel, stride, padding, dilation, groups)
+            gw = transpose_rhs(ctx, xb, gb, kernel, stride, padding, dilation, groups)
         grad_weight = e.convert(gw, ctx.out_type(1).dtype)
     if output_mask[2]:
         dims = [d for d in range(gb.rank) if d != 1]
