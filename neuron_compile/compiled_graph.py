@@ -304,15 +304,15 @@ class CompiledGraph:
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.count_calls:
             self.record.calls += 1
-        if self._first_call:  # timed once: the executor's one-time work shows in metrics()
-            self._first_call = False
-            started = time.perf_counter()
-            try:
-                return self._call_general(args)
-            finally:
-                self.record.first_run_s += time.perf_counter() - started
         fast = self._fast
         if fast is None:
+            if self._first_call:  # timed once, off the planned path: metrics().first_run_s
+                self._first_call = False
+                started = time.perf_counter()
+                try:
+                    return self._call_general(args)
+                finally:
+                    self.record.first_run_s += time.perf_counter() - started
             return self._call_general(args)
         if fast.busy is None:
             return self._call_planned(fast, args)

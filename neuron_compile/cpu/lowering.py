@@ -4,21 +4,22 @@ grouped ``stablehlo.convolution``.
 XLA CPU runs a convolution as a library call only without groups. It rewrites a grouped one into
 an ungrouped convolution with a block-diagonal kernel (``groups`` times the work: 40x eager for a
 depthwise 3x3), and a grouped kernel gradient (``batch_group_count``) into something slower
-still (200x eager for ``groups=8``; docs/benchmarks.md). These forms compute the same sums from the ``K`` kernel
-taps (``K`` = kernel elements), each a strided slice of the padded input:
+still (200x eager for ``groups=8``; docs/benchmarks.md). These forms compute the same sums
+from the ``K`` kernel taps (``K`` = kernel elements), each a strided slice of the padded input:
 
 * depthwise (one input channel per group): ``sum_k slice_k(x) * w[:, k]``, elementwise, one
   loop XLA fuses;
 * other groups: the taps stacked into patches ``(N, G, C/G, K, *out)`` and one ``dot_general``
   batched over the groups (a GEMM per group, as eager's grouped kernels do);
 * grad_input: the same forward on grad_output spread by the stride and padded, with the
-  per-group transposed, spatially reversed kernel (``conv.conv_transpose_lhs``'s formula);
+  per-group transposed, spatially reversed kernel (``conv.swapped_kernel``);
 * grad_weight: per tap, the input's slice times grad_output summed over batch and space
   (depthwise), or the input's patches contracted with grad_output in one ``dot_general``.
 
 The rules are the reference's (``lower_convolution(_backward)``: batching, bias, masks, result
-dtypes) with these three forms passed in, as the trn forms are. Operands compute in ``ctx.compute_dtype`` (float32 for bfloat16/float16) and round once, as the
-reference rule's convolution does. Sums run in another order than eager's kernels; the
+dtypes) with these three forms passed in, as the trn forms are. Operands compute in
+``ctx.compute_dtype`` (float32 for bfloat16/float16) and round once, as the reference rule's
+convolution does. Sums run in another order than eager's kernels; the
 conformance suite checks them within the same tolerances. Transposed grouped convolutions and
 integer ones keep the reference rule.
 """
@@ -41,6 +42,9 @@ from ..lowering.stablehlo.conv import (
     forward_padding,
     lower_convolution,
     lower_convolution_backward,
+    swapped_kernel,
+    transpose_lhs_padding,
+    transpose_rhs_padding,
 )
 from ..lowering.stablehlo.reduction import sum_
 from . import CPU_KEY
@@ -168,20 +172,10 @@ def grouped_grad_input(
 ) -> Value:
     """grad_input of a grouped convolution: ``g (N, O, *S')`` spread by the stride and padded,
     convolved with the per-group transposed, reversed kernel ``(C, O/G, *K)``."""
-    e = ctx.emit
     g, w = _computing(ctx, g, w)
     n = w.rank - 2
-    out_ch, in_per_group, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
-    k = e.reshape(w, [groups, out_ch // groups, in_per_group, *kernel])
-    k = e.transpose(k, [0, 2, 1, *range(3, n + 3)])
-    k = e.reverse(e.reshape(k, [groups * in_per_group, out_ch // groups, *kernel]),
-                  list(range(2, n + 2)))  # fmt: skip
-    pads = []
-    for size, kk, s, p, d, o in zip(
-        in_spatial, kernel, stride, padding, dilation, g.shape[2:], strict=True
-    ):
-        lo = d * (kk - 1) - p
-        pads.append((lo, size + d * (kk - 1) - ((o - 1) * s + 1) - lo))
+    k = ctx.emit.transpose(swapped_kernel(ctx, w, groups), [1, 0, *range(2, n + 2)])
+    pads = transpose_lhs_padding(g, w, in_spatial, stride, padding, dilation)
     spread = _padded(ctx, g, pads, stride)
     return grouped_forward(ctx, spread, k, [1] * n, dilation, in_spatial, groups)
 
@@ -203,10 +197,7 @@ def grouped_grad_weight(
     n, channels = x.shape[:2]
     out_spatial, out_ch = list(g.shape[2:]), g.shape[1]
     in_per_group, rank = channels // groups, len(kernel)
-    pads = []
-    for size, k, s, p, d, o in zip(x.shape[2:], kernel, stride, padding, dilation, out_spatial,
-                                   strict=True):  # fmt: skip
-        pads.append((p, (k - 1) * d + (o - 1) * s + 1 - size - p))
+    pads = transpose_rhs_padding(x, g, kernel, stride, padding, dilation)
     slices = _taps(ctx, _padded(ctx, x, pads, [1] * rank), kernel, stride, dilation,
                    out_spatial)  # fmt: skip
     gg = e.reshape(g, [n, groups, out_ch // groups, *out_spatial])

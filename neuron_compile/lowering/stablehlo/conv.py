@@ -89,6 +89,55 @@ def conv_forward(
     )  # fmt: skip
 
 
+def swapped_kernel(ctx: LoweringContext, w: Value, groups: int) -> Value:
+    """``w (O, C/g, *K)`` as ``(O/g, C, *K)`` with the window flipped: per group, the in/out
+    roles swapped (the kernel of a convolution's input adjoint)."""
+    e = ctx.emit
+    n = w.rank - 2
+    out_ch, in_per_group, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
+    k = e.reshape(w, [groups, out_ch // groups, in_per_group, *kernel])
+    k = e.transpose(k, [1, 0, *range(2, n + 3)])
+    k = e.reshape(k, [out_ch // groups, groups * in_per_group, *kernel])
+    return e.reverse(k, list(range(2, n + 2)))
+
+
+def transpose_lhs_padding(
+    g: Value,
+    w: Value,
+    in_spatial: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> list[tuple[int, int]]:
+    """(low, high) padding of ``g (N, O, *S')`` spread by the stride, so that a unit-stride
+    convolution with ``swapped_kernel`` gives ``in_spatial`` (the input adjoint)."""
+    pads = []
+    for size, k, s, p, d, o in zip(
+        in_spatial, w.shape[2:], stride, padding, dilation, g.shape[2:], strict=True
+    ):
+        lo = d * (k - 1) - p
+        pads.append((lo, size + d * (k - 1) - ((o - 1) * s + 1) - lo))
+    return pads
+
+
+def transpose_rhs_padding(
+    x: Value,
+    g: Value,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+) -> list[tuple[int, int]]:
+    """(low, high) padding of ``x (N, C, *S)`` whose taps, strided like the forward, meet each
+    position of ``g (N, O, *S')`` exactly once (the kernel adjoint)."""
+    pads = []
+    for size, k, s, p, d, o in zip(
+        x.shape[2:], kernel, stride, padding, dilation, g.shape[2:], strict=True
+    ):
+        pads.append((p, (k - 1) * d + (o - 1) * s + 1 - size - p))
+    return pads
+
+
 def conv_transpose_lhs(
     ctx: LoweringContext,
     g: Value,
@@ -103,20 +152,10 @@ def conv_transpose_lhs(
     *in_spatial)``. This is grad_input, and also a transposed convolution's forward."""
     e = ctx.emit
     n = w.rank - 2
-    out_ch, in_per_group, kernel = w.shape[0], w.shape[1], list(w.shape[2:])
-    # (O, C/g, K) -> (O/g, C, K): for each group, swap the in/out roles; then flip the window.
-    k = e.reshape(w, [groups, out_ch // groups, in_per_group, *kernel])
-    k = e.transpose(k, [1, 0, *range(2, n + 3)])
-    k = e.reshape(k, [out_ch // groups, groups * in_per_group, *kernel])
-    k = e.reverse(k, list(range(2, n + 2)))
-    pads = []
-    for size, kk, s, p, d, o in zip(
-        in_spatial, kernel, stride, padding, dilation, g.shape[2:], strict=True
-    ):
-        lo = d * (kk - 1) - p
-        pads.append((lo, size + d * (kk - 1) - ((o - 1) * s + 1) - lo))
+    k = swapped_kernel(ctx, w, groups)
+    pads = transpose_lhs_padding(g, w, in_spatial, stride, padding, dilation)
     return e.convolution(
-        g, k, [g.shape[0], groups * in_per_group, *in_spatial],
+        g, k, [g.shape[0], groups * w.shape[1], *in_spatial],
         dimension_numbers=_numbers("bf", "io", "bf", n),
         strides=[1] * n, padding=pads, lhs_dilation=stride, rhs_dilation=dilation,
         feature_group_count=groups, out_dtype=ctx.compute_dtype(g.dtype),
@@ -136,11 +175,7 @@ def conv_transpose_rhs(
     """Adjoint of ``conv_forward`` w.r.t. its kernel: ``x (N, C, *S), g (N, O, *S') -> (O, C/g,
     *kernel)`` (grad_weight). The batch dim N is contracted, so it plays the feature role."""
     n = len(kernel)
-    pads = []
-    for size, k, s, p, d, o in zip(
-        x.shape[2:], kernel, stride, padding, dilation, g.shape[2:], strict=True
-    ):
-        pads.append((p, (k - 1) * d + (o - 1) * s + 1 - size - p))
+    pads = transpose_rhs_padding(x, g, kernel, stride, padding, dilation)
     return ctx.emit.convolution(
         x, g, [g.shape[1], x.shape[1] // groups, *kernel],
         dimension_numbers=_numbers("fb", "io", "fb", n),
