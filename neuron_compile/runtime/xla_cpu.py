@@ -34,32 +34,23 @@ def _client():
     return backend, device, xla_client.DeviceList((device,)), xla_client
 
 
-#: How XLA CPU compiles a module with convolutions: LLVM at -O1, through the classic elemental
-#: emitters instead of the MLIR fusion emitters. XLA spends nearly all of a compile in LLVM (its
-#: HLO passes take ~1 %), one function per fusion; the NCHW <-> NHWC transposes and elementwise
-#: fusions around convolutions compile about twice as fast that way and run as fast (the
-#: convolutions themselves are library calls): ResNet-18-style forward and backward graphs
-#: 0.57 -> 0.31 s and 0.64 -> 0.27 s, steps unchanged. Graphs without convolutions keep XLA's
-#: defaults: a large transformer's graphs compiled slower that way, and an MLP's elementwise code
-#: (GELU's erf) ran up to 30 % slower. Numbers and commands: docs/benchmarks.md.
-CONVOLUTION_OPT_LEVEL = 1
-CONVOLUTION_FUSION_EMITTERS = False
+#: How XLA CPU compiles every module: LLVM at -O1, through the classic elemental emitters instead
+#: of the MLIR fusion emitters. XLA spends nearly all of a compile in LLVM (its HLO passes take
+#: ~1 %), one function per fusion, and that way each fusion compiles in about half the time and
+#: runs as fast (dots and convolutions are library calls either way). Forward graphs, best of 3
+#: compiles: ResNet-18-style 1.06 -> 0.81 s, GPT-2 0.63 -> 0.40 s, Llama 0.79 -> 0.38 s, T5
+#: 0.96 -> 0.45 s; executions within noise of XLA's defaults except a small MLP's (+0.1 ms).
+#: Numbers and commands: docs/benchmarks.md.
+OPT_LEVEL = 1
+FUSION_EMITTERS = False
 
 
-def compile_options(options: Any, artifact: bytes) -> Any:
-    """``options`` tuned for ``artifact``. Only how XLA CPU compiles it changes, never the module,
-    so what neuronx-cc receives does not; a serialized executable in the on-disk cache is keyed
-    by the artifact's bytes and this module's source, so it always matches these settings.
-
-    ``convolution`` names the op in every form the executor takes (StableHLO text, portable
-    VHLO bytecode); a location that happens to contain the word only trades compile time
-    against step time differently, never changes a result."""
-    if b"convolution" in artifact:
-        debug = options.executable_build_options.debug_options
-        debug.xla_backend_optimization_level = CONVOLUTION_OPT_LEVEL
-        options.env_option_overrides = [
-            ("xla_cpu_use_fusion_emitters", CONVOLUTION_FUSION_EMITTERS)
-        ]
+def compile_options(options: Any) -> Any:
+    """``options`` with our XLA CPU settings. Only how XLA CPU compiles a module changes, never
+    the module, so what neuronx-cc receives does not; a serialized executable in the on-disk cache
+    is keyed by the artifact's bytes and this module's source, so it always matches them."""
+    options.executable_build_options.debug_options.xla_backend_optimization_level = OPT_LEVEL
+    options.env_option_overrides = [("xla_cpu_use_fusion_emitters", FUSION_EMITTERS)]
     return options
 
 
@@ -211,7 +202,7 @@ class XlaCpuExecutable:
                 serialized, client.devices, client.options()
             )
         elif artifact is not None:
-            options = compile_options(client.options(), artifact)
+            options = compile_options(client.options())
             self._exe = self._backend.compile_and_load(artifact, client.devices, options)
         else:
             raise TypeError("XlaCpuExecutable needs an artifact or a serialized executable")
