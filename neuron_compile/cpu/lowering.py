@@ -13,8 +13,11 @@ from the ``K`` kernel taps (``K`` = kernel elements), each a strided slice of th
   batched over the groups (a GEMM per group, as eager's grouped kernels do);
 * grad_input: the same forward on grad_output spread by the stride and padded, with the
   per-group transposed, spatially reversed kernel (``conv.swapped_kernel``);
-* grad_weight: per tap, the input's slice times grad_output summed over batch and space
-  (depthwise), or the input's patches contracted with grad_output in one ``dot_general``.
+* grad_weight: per tap, the input's slice times grad_output summed over batch and space, all
+  taps in one variadic reduce that XLA fuses with the slices (depthwise; a reduce per tap was
+  offloaded to YNNPACK one at a time, each tap's slice materialized first: MobileNetV2's
+  backward 120 -> 75 ms, ConvNeXt's 8.9 -> 5.8 ms), or the input's patches contracted with
+  grad_output in one ``dot_general``.
 
 The rules are the reference's (``lower_convolution(_backward)``: batching, bias, masks, result
 dtypes) with these three forms passed in, as the trn forms are. Operands compute in
@@ -46,7 +49,6 @@ from ..lowering.stablehlo.conv import (
     transpose_lhs_padding,
     transpose_rhs_padding,
 )
-from ..lowering.stablehlo.reduction import sum_
 from . import CPU_KEY
 
 aten = torch.ops.aten
@@ -180,6 +182,17 @@ def grouped_grad_input(
     return grouped_forward(ctx, spread, k, [1] * n, dilation, in_spatial, groups)
 
 
+def _sums(ctx: LoweringContext, products: Sequence[Value], space: Sequence[int]) -> list[Value]:
+    """Each of ``products (N, G, O/G, *S')`` summed over batch and space, all in one variadic
+    ``stablehlo.reduce``."""
+    e = ctx.emit
+    zeros = [e.scalar(0, p.dtype) for p in products]
+    k = len(products)
+    return e.reduce(
+        products, zeros, [0, *space], lambda *a: [e.binary("add", a[i], a[k + i]) for i in range(k)]
+    )
+
+
 def grouped_grad_weight(
     ctx: LoweringContext,
     x: Value,
@@ -203,12 +216,12 @@ def grouped_grad_weight(
     gg = e.reshape(g, [n, groups, out_ch // groups, *out_spatial])
     space = list(range(3, 3 + rank))
     if in_per_group == 1:  # depthwise: per tap, a product reduced over batch and space
-        sums = []
-        for s in slices:
-            xs = e.broadcast_in_dim(e.reshape(s, [n, groups, *out_spatial]), gg.shape,
-                                    [0, 1, *space])  # fmt: skip
-            tap = sum_(ctx, e.binary("multiply", xs, gg), [0, *space], False, g.dtype)
-            sums.append(e.reshape(tap, [groups, out_ch // groups, 1]))
+        products = [
+            e.binary("multiply", e.broadcast_in_dim(e.reshape(s, [n, groups, *out_spatial]),
+                                                    gg.shape, [0, 1, *space]), gg)
+            for s in slices
+        ]  # fmt: skip
+        sums = [e.reshape(t, [groups, out_ch // groups, 1]) for t in _sums(ctx, products, space)]
         return e.reshape(e.concatenate(sums, 2), [out_ch, 1, *kernel])  # (G, O/G, K)
     split = [n, groups, in_per_group, 1, *out_spatial]
     patches = e.concatenate([e.reshape(s, split) for s in slices], 3)  # (N, G, C/G, K, *out)

@@ -83,3 +83,15 @@ def test_only_the_cpu_target_gets_the_tap_forms(tmp_path: Path, target: str, gro
     # forward: one grouped convolution; backward: grad_input and grad_weight, one each
     expected = {"forward": grouped, "backward": 2 * grouped}
     assert _grouped_convolutions(tmp_path) == expected
+
+
+def test_depthwise_kernel_gradient_is_one_variadic_reduce(tmp_path: Path) -> None:
+    """All 49 taps of a 7x7 depthwise kernel's gradient in one reduce (XLA fuses it with the
+    slices), not one reduce per tap (each slice materialized first); the other reduce is the
+    bias gradient."""
+    model, x = _model("depthwise7x7")
+    torch._dynamo.reset()
+    _grads(model, x, torch.compile(model, backend="neuron", options={"dump_dir": str(tmp_path)}))
+    (backward,) = tmp_path.rglob("*backward*/module.stablehlo.mlir")
+    results = re.findall(r"%\S+?(?::(\d+))? = stablehlo\.reduce\(", backward.read_text())
+    assert sorted(int(n or 1) for n in results) == [1, 49]
