@@ -1,5 +1,6 @@
-"""The cpu target's forms of grouped convolutions (``groups > 1``): kernel taps instead of one
-grouped ``stablehlo.convolution``.
+"""The cpu target's forms of convolutions: grouped ones (``groups > 1``) as kernel taps instead of
+one grouped ``stablehlo.convolution``, pointwise ones as batched matrix products
+(``pointwise.py``); every other convolution keeps the reference form.
 
 XLA CPU runs a convolution as a library call only without groups. It rewrites a grouped one into
 an ungrouped convolution with a block-diagonal kernel (``groups`` times the work: 40x eager for a
@@ -50,21 +51,35 @@ from ..lowering.stablehlo.conv import (
     transpose_rhs_padding,
 )
 from . import CPU_KEY
+from .pointwise import (
+    is_pointwise,
+    pointwise_forward,
+    pointwise_grad_input,
+    pointwise_grad_weight,
+)
 
 aten = torch.ops.aten
 
 
-def _grouped_regular(groups_index: int, transposed_index: int) -> Callable[[fx.Node], str | None]:
-    """Support predicate: a regular (not transposed) convolution with ``groups > 1``."""
+def _cpu_form(
+    groups_index: int, transposed_index: int, weight_index: int, padding_index: int
+) -> Callable[[fx.Node], str | None]:
+    """Support predicate: a regular (not transposed) convolution with ``groups > 1``, or an
+    ungrouped pointwise one (``pointwise.py``)."""
 
     def check(node: fx.Node) -> str | None:
         if arg(node, transposed_index, "transposed", False):
             return "transposed convolutions keep the reference form"
-        if int(arg(node, groups_index, "groups", 1)) <= 1:
-            return "ungrouped convolutions keep the reference form (a library call on XLA CPU)"
-        return None
+        if int(arg(node, groups_index, "groups", 1)) > 1:
+            return None
+        if is_pointwise(node, weight_index, padding_index):
+            return None
+        return (
+            "ungrouped convolutions with a kernel larger than 1x1, or padding, keep the "
+            "reference form (a library call on XLA CPU)"
+        )
 
-    check.__name__ = "grouped_regular_convolution"
+    check.__name__ = "grouped_or_pointwise_convolution"
     return check
 
 
@@ -139,7 +154,7 @@ def _computing(ctx: LoweringContext, *values: Value) -> list[Value]:
     return [ctx.emit.convert(v, ctx.compute_dtype(v.dtype)) for v in values]
 
 
-def grouped_conv_forward(
+def cpu_conv_forward(
     ctx: LoweringContext,
     x: Value,
     w: Value,
@@ -149,20 +164,23 @@ def grouped_conv_forward(
     dilation: Sequence[int],
     groups: int,
 ) -> Value:
-    """``conv.conv_forward`` for ``groups > 1``: ``(N, O, *out_spatial)`` in the compute dtype."""
+    """``conv.conv_forward`` for the convolutions the cpu forms take: ``(N, O, *out_spatial)`` in
+    the compute dtype."""
     x, w = _computing(ctx, x, w)
+    if groups == 1:
+        return pointwise_forward(ctx, x, w, out_spatial, stride)
     pads = forward_padding(x, w, out_spatial, stride, padding, dilation)
     unit = [1] * len(pads)
     return grouped_forward(ctx, _padded(ctx, x, pads, unit), w, stride, dilation, out_spatial,
                            groups)  # fmt: skip
 
 
-@lowering(aten.convolution.default, key=CPU_KEY, supports=all_of(floats, _grouped_regular(8, 6)))
+@lowering(aten.convolution.default, key=CPU_KEY, supports=all_of(floats, _cpu_form(8, 6, 1, 4)))
 def lower_grouped_convolution(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Value:
-    return lower_convolution(ctx, *args, **kwargs, forward=grouped_conv_forward)
+    return lower_convolution(ctx, *args, **kwargs, forward=cpu_conv_forward)
 
 
-def grouped_grad_input(
+def cpu_grad_input(
     ctx: LoweringContext,
     g: Value,
     w: Value,
@@ -173,8 +191,11 @@ def grouped_grad_input(
     groups: int,
 ) -> Value:
     """grad_input of a grouped convolution: ``g (N, O, *S')`` spread by the stride and padded,
-    convolved with the per-group transposed, reversed kernel ``(C, O/G, *K)``."""
+    convolved with the per-group transposed, reversed kernel ``(C, O/G, *K)`` (pointwise:
+    ``pointwise.py``)."""
     g, w = _computing(ctx, g, w)
+    if groups == 1:
+        return pointwise_grad_input(ctx, g, w, in_spatial, stride)
     n = w.rank - 2
     k = ctx.emit.transpose(swapped_kernel(ctx, w, groups), [1, 0, *range(2, n + 2)])
     pads = transpose_lhs_padding(g, w, in_spatial, stride, padding, dilation)
@@ -193,7 +214,7 @@ def _sums(ctx: LoweringContext, products: Sequence[Value], space: Sequence[int])
     )
 
 
-def grouped_grad_weight(
+def cpu_grad_weight(
     ctx: LoweringContext,
     x: Value,
     g: Value,
@@ -204,9 +225,11 @@ def grouped_grad_weight(
     groups: int,
 ) -> Value:
     """grad_weight ``(O, C/G, *K)``: the input's tap patches contracted with ``g (N, O, *S')``
-    over batch and output positions, per group."""
+    over batch and output positions, per group (pointwise: ``pointwise.py``)."""
     e = ctx.emit
     x, g = _computing(ctx, x, g)
+    if groups == 1:
+        return pointwise_grad_weight(ctx, x, g, stride)
     n, channels = x.shape[:2]
     out_spatial, out_ch = list(g.shape[2:]), g.shape[1]
     in_per_group, rank = channels // groups, len(kernel)
@@ -232,11 +255,11 @@ def grouped_grad_weight(
 @lowering(
     aten.convolution_backward.default,
     key=CPU_KEY,
-    supports=all_of(floats, _grouped_regular(9, 7)),
+    supports=all_of(floats, _cpu_form(9, 7, 2, 5)),
 )
 def lower_grouped_convolution_backward(
     ctx: LoweringContext, *args: Any, **kwargs: Any
 ) -> tuple[Value | None, Value | None, Value | None]:
     return lower_convolution_backward(
-        ctx, *args, **kwargs, transpose_lhs=grouped_grad_input, transpose_rhs=grouped_grad_weight
+        ctx, *args, **kwargs, transpose_lhs=cpu_grad_input, transpose_rhs=cpu_grad_weight
     )
