@@ -1,15 +1,18 @@
-"""The cpu target's forms of pointwise convolutions (a 1x1 kernel, no padding, no groups): one
-batched matrix product per batch element, in the NCHW layout the graph already has.
+"""The cpu target's forms of pointwise convolutions (a 1x1 kernel, no padding, no groups): matrix
+products on the NCHW layout the graph already has.
 
 XLA CPU runs every convolution in NHWC: it transposes the NCHW input to NHWC and the result
-back, a copy of each activation on either side of every convolution and of its gradients. A
-pointwise convolution is ``w (O, C) @ x[n] (C, H*W)`` per batch element, which XLA runs as a
-batched GEMM on the layout as it is, with no copy:
+back, element by element, on either side of every convolution and of its gradients. A pointwise
+convolution is ``w (O, C) @ x[n] (C, P)`` for each batch element (``P`` the output positions):
 
-* forward: ``(N, O, C) x (N, C, P) -> (N, O, P)``, the kernel broadcast over the batch
-  (``N*O*C`` elements, small next to the activations), ``P`` the output positions;
-* grad_input: ``w^T @ g[n]``, then spread back over the input positions by the stride;
-* grad_weight: ``g[n] @ x[n]^T`` per batch element, summed over the batch.
+* forward: ``w (O, C)`` contracted with ``x (N, C, P)`` gives ``(O, N, P)``, then batch first,
+  a transpose that moves whole rows of ``P`` elements;
+* grad_input: ``w^T`` contracted with ``g (N, O, P)`` the same way, then spread back over the
+  input positions by the stride;
+* grad_weight: ``g`` contracted with ``x`` over batch and positions together, ``(O, C)``.
+
+No operand grows with the batch (a kernel broadcast to ``(N, O, C)`` for one batched product
+would, and XLA materializes it).
 
 A stride takes every ``stride``-th input position first (what a 1x1 kernel reads). Operands
 compute in ``ctx.compute_dtype`` (float32 for bfloat16/float16), as the reference rule's
@@ -49,20 +52,24 @@ def _positions(ctx: LoweringContext, x: Value, stride: Sequence[int]) -> Value:
     return ctx.emit.reshape(x, [n, c, math.prod(x.shape[2:])])
 
 
-def _kernel(ctx: LoweringContext, w: Value, batch: int) -> Value:
-    """``w (O, C, 1, ...)`` as ``(N, O, C)``: the same matrix for every batch element."""
-    matrix = ctx.emit.reshape(w, list(w.shape[:2]))
-    return ctx.emit.broadcast_in_dim(matrix, [batch, *matrix.shape], [1, 2])
+def _matrix(ctx: LoweringContext, w: Value) -> Value:
+    """``w (O, C, 1, ...)`` as the matrix ``(O, C)``."""
+    return ctx.emit.reshape(w, list(w.shape[:2]))
+
+
+def _batch_first(ctx: LoweringContext, y: Value, spatial: Sequence[int]) -> Value:
+    """A product ``(F, N, P)`` (features first, as ``dot_general`` orders them) as
+    ``(N, F, *spatial)``: a transpose that moves whole rows of ``P`` positions."""
+    t = ctx.emit.transpose(y, [1, 0, 2])
+    return ctx.emit.reshape(t, [t.shape[0], t.shape[1], *spatial])
 
 
 def pointwise_forward(
     ctx: LoweringContext, x: Value, w: Value, out_spatial: Sequence[int], stride: Sequence[int]
 ) -> Value:
     """``(N, O, *out_spatial)`` in ``x``'s dtype (the compute dtype)."""
-    n = x.shape[0]
-    y = ctx.emit.dot_general(_kernel(ctx, w, n), _positions(ctx, x, stride), ((2,), (1,)),
-                             ((0,), (0,)))  # fmt: skip
-    return ctx.emit.reshape(y, [n, w.shape[0], *out_spatial])
+    y = ctx.emit.dot_general(_matrix(ctx, w), _positions(ctx, x, stride), ((1,), (1,)), ((), ()))
+    return _batch_first(ctx, y, out_spatial)
 
 
 def pointwise_grad_input(
@@ -72,8 +79,8 @@ def pointwise_grad_input(
     e = ctx.emit
     n, out_spatial = g.shape[0], list(g.shape[2:])
     flat = e.reshape(g, [n, g.shape[1], math.prod(out_spatial)])
-    gx = e.dot_general(_kernel(ctx, w, n), flat, ((1,), (1,)), ((0,), (0,)))  # (N, C, P)
-    gx = e.reshape(gx, [n, w.shape[1], *out_spatial])
+    gx = _batch_first(ctx, e.dot_general(_matrix(ctx, w), flat, ((0,), (1,)), ((), ())),
+                      out_spatial)  # fmt: skip
     if list(out_spatial) == list(in_spatial):
         return gx
     # Read positions i * stride; the input's trailing positions past the last one get zeros.
@@ -85,10 +92,10 @@ def pointwise_grad_input(
 
 
 def pointwise_grad_weight(ctx: LoweringContext, x: Value, g: Value, stride: Sequence[int]) -> Value:
-    """``(O, C, 1, ...)``: ``g[n] @ x[n]^T`` summed over the batch."""
+    """``(O, C, 1, ...)``: ``g[n] @ x[n]^T`` summed over the batch, one product over batch and
+    positions together."""
     e = ctx.emit
     n, out_ch = g.shape[:2]
     flat = e.reshape(g, [n, out_ch, math.prod(g.shape[2:])])
-    per_batch = e.dot_general(flat, _positions(ctx, x, stride), ((2,), (2,)), ((0,), (0,)))
-    gw = e.reduce_simple(per_batch, 0, [0], "add")  # (O, C)
+    gw = e.dot_general(flat, _positions(ctx, x, stride), ((0, 2), (0, 2)), ((), ()))  # (O, C)
     return e.reshape(gw, [out_ch, x.shape[1], *([1] * (x.rank - 2))])
