@@ -1,6 +1,7 @@
 """The cpu target's forms of convolutions: grouped ones (``groups > 1``) as kernel taps instead of
-one grouped ``stablehlo.convolution``, pointwise ones as batched matrix products
-(``pointwise.py``); every other convolution keeps the reference form.
+one grouped ``stablehlo.convolution``, ungrouped ones whose windows do not overlap (1x1 kernels,
+patch embeddings, their transposed adjoints) as matrix products (``windows.py``); every other
+convolution keeps the reference form.
 
 XLA CPU runs a convolution as a library call only without groups. It rewrites a grouped one into
 an ungrouped convolution with a block-diagonal kernel (``groups`` times the work: 40x eager for a
@@ -51,35 +52,37 @@ from ..lowering.stablehlo.conv import (
     transpose_rhs_padding,
 )
 from . import CPU_KEY
-from .pointwise import (
-    is_pointwise,
-    pointwise_forward,
-    pointwise_grad_input,
-    pointwise_grad_weight,
+from .windows import (
+    windows_do_not_overlap,
+    windows_forward,
+    windows_grad_input,
+    windows_grad_weight,
 )
 
 aten = torch.ops.aten
 
 
 def _cpu_form(
-    groups_index: int, transposed_index: int, weight_index: int, padding_index: int
+    groups: int, transposed: int, weight: int, stride: int, padding: int, dilation: int
 ) -> Callable[[fx.Node], str | None]:
-    """Support predicate: a regular (not transposed) convolution with ``groups > 1``, or an
-    ungrouped pointwise one (``pointwise.py``)."""
+    """Support predicate over the op's argument positions: a regular (not transposed)
+    convolution with ``groups > 1``, or an ungrouped one, transposed or not, whose windows do not
+    overlap (``windows.py``)."""
 
     def check(node: fx.Node) -> str | None:
-        if arg(node, transposed_index, "transposed", False):
-            return "transposed convolutions keep the reference form"
-        if int(arg(node, groups_index, "groups", 1)) > 1:
-            return None
-        if is_pointwise(node, weight_index, padding_index):
+        is_transposed = arg(node, transposed, "transposed", False)
+        if int(arg(node, groups, "groups", 1)) > 1:
+            return (
+                "transposed grouped convolutions keep the reference form" if is_transposed else None
+            )
+        if windows_do_not_overlap(node, weight, stride, padding, dilation):
             return None
         return (
-            "ungrouped convolutions with a kernel larger than 1x1, or padding, keep the "
-            "reference form (a library call on XLA CPU)"
+            "ungrouped convolutions whose windows overlap (kernel larger than the stride, "
+            "padding or dilation) keep the reference form (a library call on XLA CPU)"
         )
 
-    check.__name__ = "grouped_or_pointwise_convolution"
+    check.__name__ = "grouped_or_non_overlapping_convolution"
     return check
 
 
@@ -168,16 +171,20 @@ def cpu_conv_forward(
     the compute dtype."""
     x, w = _computing(ctx, x, w)
     if groups == 1:
-        return pointwise_forward(ctx, x, w, out_spatial, stride)
+        return windows_forward(ctx, x, w, out_spatial, stride)
     pads = forward_padding(x, w, out_spatial, stride, padding, dilation)
     unit = [1] * len(pads)
     return grouped_forward(ctx, _padded(ctx, x, pads, unit), w, stride, dilation, out_spatial,
                            groups)  # fmt: skip
 
 
-@lowering(aten.convolution.default, key=CPU_KEY, supports=all_of(floats, _cpu_form(8, 6, 1, 4)))
+@lowering(
+    aten.convolution.default, key=CPU_KEY, supports=all_of(floats, _cpu_form(8, 6, 1, 3, 4, 5))
+)
 def lower_grouped_convolution(ctx: LoweringContext, *args: Any, **kwargs: Any) -> Value:
-    return lower_convolution(ctx, *args, **kwargs, forward=cpu_conv_forward)
+    return lower_convolution(
+        ctx, *args, **kwargs, forward=cpu_conv_forward, transpose_lhs=cpu_grad_input
+    )
 
 
 def cpu_grad_input(
@@ -191,11 +198,11 @@ def cpu_grad_input(
     groups: int,
 ) -> Value:
     """grad_input of a grouped convolution: ``g (N, O, *S')`` spread by the stride and padded,
-    convolved with the per-group transposed, reversed kernel ``(C, O/G, *K)`` (pointwise:
-    ``pointwise.py``)."""
+    convolved with the per-group transposed, reversed kernel ``(C, O/G, *K)`` (ungrouped:
+    ``windows.py``; also a transposed convolution's forward)."""
     g, w = _computing(ctx, g, w)
     if groups == 1:
-        return pointwise_grad_input(ctx, g, w, in_spatial, stride)
+        return windows_grad_input(ctx, g, w, in_spatial, stride)
     n = w.rank - 2
     k = ctx.emit.transpose(swapped_kernel(ctx, w, groups), [1, 0, *range(2, n + 2)])
     pads = transpose_lhs_padding(g, w, in_spatial, stride, padding, dilation)
@@ -225,11 +232,11 @@ def cpu_grad_weight(
     groups: int,
 ) -> Value:
     """grad_weight ``(O, C/G, *K)``: the input's tap patches contracted with ``g (N, O, *S')``
-    over batch and output positions, per group (pointwise: ``pointwise.py``)."""
+    over batch and output positions, per group (ungrouped: ``windows.py``)."""
     e = ctx.emit
     x, g = _computing(ctx, x, g)
     if groups == 1:
-        return pointwise_grad_weight(ctx, x, g, stride)
+        return windows_grad_weight(ctx, x, g, kernel, stride)
     n, channels = x.shape[:2]
     out_spatial, out_ch = list(g.shape[2:]), g.shape[1]
     in_per_group, rank = channels // groups, len(kernel)
@@ -255,11 +262,16 @@ def cpu_grad_weight(
 @lowering(
     aten.convolution_backward.default,
     key=CPU_KEY,
-    supports=all_of(floats, _cpu_form(9, 7, 2, 5)),
+    supports=all_of(floats, _cpu_form(9, 7, 2, 4, 5, 6)),
 )
 def lower_grouped_convolution_backward(
     ctx: LoweringContext, *args: Any, **kwargs: Any
 ) -> tuple[Value | None, Value | None, Value | None]:
     return lower_convolution_backward(
-        ctx, *args, **kwargs, transpose_lhs=cpu_grad_input, transpose_rhs=cpu_grad_weight
+        ctx,
+        *args,
+        **kwargs,
+        transpose_lhs=cpu_grad_input,
+        transpose_rhs=cpu_grad_weight,
+        forward=cpu_conv_forward,
     )

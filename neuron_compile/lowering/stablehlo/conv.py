@@ -247,6 +247,7 @@ def lower_convolution_backward(
     *,
     transpose_lhs: ConvForm = conv_transpose_lhs,
     transpose_rhs: ConvForm = conv_transpose_rhs,
+    forward: ConvForm = conv_forward,
 ) -> tuple[Value | None, Value | None, Value | None]:
     """Returns ``None`` for outputs masked off by ``output_mask`` (their meta val is None too)."""
     e = ctx.emit
@@ -259,7 +260,7 @@ def lower_convolution_backward(
     grad_input = grad_weight = grad_bias = None
     if output_mask[0]:
         if transposed:  # a transposed conv's input adjoint is the regular convolution
-            gi = conv_forward(ctx, gb, wc, spatial, stride, padding, dilation, groups)
+            gi = forward(ctx, gb, wc, spatial, stride, padding, dilation, groups)
         else:
             gi = transpose_lhs(ctx, gb, wc, spatial, stride, padding, dilation, groups)
         out = ctx.out_type(0)
@@ -267,7 +268,7 @@ def lower_convolution_backward(
     if output_mask[1]:
         kernel = list(w.shape[2:])
         if transposed:  # roles of input and grad_output swap
-            gw = conv_transpose_rhs(ctx, gb, xb, kernel, stride, padding, dilation, groups)
+            gw = transpose_rhs(ctx, gb, xb, kernel, stride, padding, dilation, groups)
         else:
             gw = transpose_rhs(ctx, xb, gb, kernel, stride, padding, dilation, groups)
         grad_weight = e.convert(gw, ctx.out_type(1).dtype)
