@@ -35,8 +35,8 @@ def _client():
 
 
 #: How XLA CPU compiles every module: LLVM at -O1, through the classic elemental emitters instead
-#: of the MLIR fusion emitters. XLA spends nearly all of a compile in LLVM (its HLO passes take
-#: ~1 %), one function per fusion, and that way each fusion compiles in about half the time and
+#: of the MLIR fusion emitters. XLA spends most of a compile in LLVM (its HLO passes: a few per
+#: cent), one function per fusion, and that way each fusion compiles in about half the time and
 #: runs as fast (dots and convolutions are library calls either way). Forward graphs, best of 3
 #: compiles: ResNet-18-style 1.06 -> 0.81 s, GPT-2 0.63 -> 0.40 s, Llama 0.79 -> 0.38 s, T5
 #: 0.96 -> 0.45 s; executions within noise of XLA's defaults except a small MLP's (+0.1 ms).

@@ -187,8 +187,9 @@ def conv_transpose_rhs(
 #: Functions with the signature and result of ``conv_forward``, ``conv_transpose_lhs``
 #: (grad_input, a transposed convolution) and ``conv_transpose_rhs`` (grad_weight): a target
 #: whose compiler rejects a form (trn: input with kernel dilation, NCC_EVRF010) or runs it slowly
-#: (XLA CPU: grouped convolutions) passes an equivalent of its own to
-#: ``lower_convolution(_backward)``.
+#: (XLA CPU: grouped convolutions, non-overlapping windows) passes an equivalent of its own to
+#: ``lower_convolution(_backward)``. A transposed convolution's gradients are the regular forms
+#: with the roles swapped: ``forward`` for its input, ``transpose_rhs`` for its kernel.
 ConvForm = Callable[..., Value]
 
 
