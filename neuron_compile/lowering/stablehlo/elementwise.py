@@ -256,7 +256,27 @@ def _lower_pow(ctx: LoweringContext, a, b) -> Value:
     if ctx.node.target is aten.pow.Tensor_Scalar and b == 2:
         (a,) = ctx.promote(a, dtype=ctx.out_dtype)
         return ctx.emit.binary("multiply", a, a)
-    return arith(ctx, "power", a, b)
+    out = ctx.out_dtype
+    if out.is_floating_point or out.is_complex or not out.is_signed:  # no negative exponents
+        return arith(ctx, "power", a, b)
+    return _integer_power(ctx, *ctx.promote(a, b, dtype=out))
+
+
+def _integer_power(ctx: LoweringContext, base: Value, exp: Value) -> Value:
+    """``base ** exp`` on integers with eager's rule for negative exponents (ATen's ``powi``):
+    1 for base 1, -1 or 1 by the exponent's parity for base -1, 0 otherwise. StableHLO leaves a
+    negative integer exponent to the backend, and XLA CPU's two code generators disagree on it
+    (its classic emitters give 0 for base -1)."""
+    e = ctx.emit
+    one, zero = ctx.full_like(1, base), ctx.full_like(0, base)
+    minus_one = ctx.full_like(-1, base)
+    odd = e.compare(e.binary("and", exp, one), zero, "NE")
+    negative = e.select(
+        e.compare(base, one, "EQ"),
+        one,
+        e.select(e.compare(base, minus_one, "EQ"), e.select(odd, minus_one, one), zero),
+    )
+    return e.select(e.compare(exp, zero, "LT"), negative, e.binary("power", base, exp))
 
 
 binary(aten.maximum, "maximum", overloads=("default",))
