@@ -34,11 +34,7 @@ import torch.fx as fx
 from ..lowering.context import LoweringContext
 from ..lowering.emit import Value
 from ..lowering.rules import arg
-
-
-def _ints(value: object, rank: int) -> list[int]:
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    return [int(v) for v in values] * (rank if len(values) == 1 else 1)
+from ..lowering.stablehlo.conv import per_dim
 
 
 def windows_do_not_overlap(
@@ -52,9 +48,9 @@ def windows_do_not_overlap(
         return False
     kernel = [int(k) for k in val.shape[2:]]
     rank = len(kernel)
-    stride = _ints(arg(node, stride_index, "stride", [1]), rank)
-    padding = _ints(arg(node, padding_index, "padding", [0]), rank)
-    dilation = _ints(arg(node, dilation_index, "dilation", [1]), rank)
+    stride = per_dim(arg(node, stride_index, "stride", [1]), rank)
+    padding = per_dim(arg(node, padding_index, "padding", [0]), rank)
+    dilation = per_dim(arg(node, dilation_index, "dilation", [1]), rank)
     return (
         all(p == 0 for p in padding)
         and (all(d == 1 for d in dilation) or math.prod(kernel) == 1)

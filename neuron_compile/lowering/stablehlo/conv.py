@@ -42,7 +42,9 @@ def _numbers(lhs: str, rhs: str, out: str, n: int) -> str:
     return f"{_dims(lhs, n)}x{_dims(rhs, n)}->{_dims(out, n)}"
 
 
-def _per_dim(value: Sequence[int] | int, n: int) -> list[int]:
+def per_dim(value: Sequence[int] | int, n: int) -> list[int]:
+    """A conv argument (stride, padding, dilation) as one int per spatial dim: a single value
+    applies to all ``n``."""
     values = [value] if isinstance(value, int) else list(value)
     return [int(v) for v in values] * n if len(values) == 1 else [int(v) for v in values]
 
@@ -216,7 +218,7 @@ def lower_convolution(
 ) -> Value:
     e = ctx.emit
     n = w.rank - 2
-    stride, padding, dilation = (_per_dim(v, n) for v in (stride, padding, dilation))
+    stride, padding, dilation = (per_dim(v, n) for v in (stride, padding, dilation))
     out = ctx.out_type()
     xb = _batched(ctx, x, w)
     w = e.convert(w, xb.dtype)
@@ -253,7 +255,7 @@ def lower_convolution_backward(
     """Returns ``None`` for outputs masked off by ``output_mask`` (their meta val is None too)."""
     e = ctx.emit
     n = w.rank - 2
-    stride, padding, dilation = (_per_dim(v, n) for v in (stride, padding, dilation))
+    stride, padding, dilation = (per_dim(v, n) for v in (stride, padding, dilation))
     xb, gb = _batched(ctx, x, w), _batched(ctx, grad_out, w)
     gb = e.convert(gb, xb.dtype)
     wc = e.convert(w, xb.dtype)
