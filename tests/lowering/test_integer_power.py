@@ -1,7 +1,8 @@
-"""Integer ``pow`` with negative exponents follows eager (ATen's ``powi``): 1 for base 1, -1 or 1
-by parity for base -1, 0 for every other base. StableHLO leaves a negative integer exponent to
-the backend and XLA CPU's classic emitters gave 0 for base -1 (found by the OpInfo sweep's
-``__rpow__`` entries)."""
+"""Integer ``pow`` matches eager bit for bit. Negative exponents follow ATen's ``powi``: 1 for
+base 1, -1 or 1 by parity for base -1, 0 for every other base (XLA CPU's classic emitters gave 0
+for base -1; found by the OpInfo sweep's ``__rpow__`` entries). Large exponents wrap like eager:
+XLA's integer power squares only six times and read uint8 exponents >= 128 as negative, so
+``2 ** 64`` gave 1 and ``3 ** 200`` gave 0 in uint8."""
 
 from __future__ import annotations
 
@@ -28,3 +29,28 @@ def test_scalar_base_of_minus_one() -> None:
     torch._dynamo.reset()
     actual = torch.compile(lambda e: (-1) ** e, backend="neuron")(exp)
     assert torch.equal(actual, (-1) ** exp)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32])
+def test_every_small_base_and_exponent_wraps_like_eager(dtype: torch.dtype) -> None:
+    values = torch.arange(256, dtype=torch.int32).to(dtype)  # int8 wraps to -128..127
+    base, exp = values.view(-1, 1), values.view(1, -1)
+    if dtype.is_signed:
+        exp = exp.abs()  # int8's -128 stays negative: covered by the negative-exponent test
+    torch._dynamo.reset()
+    actual = torch.compile(torch.pow, backend="neuron")(base, exp)
+    expected = torch.pow(base, exp)
+    assert actual.dtype == expected.dtype
+    mismatched = (actual != expected).nonzero().tolist()
+    assert mismatched == [], f"{len(mismatched)} wrong, e.g. (base, exp) {mismatched[:5]}"
+
+
+@pytest.mark.parametrize("exponent", [3, 64, 200, 255])
+def test_scalar_exponents_and_bases_wrap_like_eager(exponent: int) -> None:
+    values = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    torch._dynamo.reset()
+    power = torch.compile(lambda x: x**exponent, backend="neuron")(values)
+    assert torch.equal(power, values**exponent)
+    torch._dynamo.reset()
+    exponential = torch.compile(lambda x: exponent**x, backend="neuron")(values)
+    assert torch.equal(exponential, exponent**values)

@@ -257,18 +257,31 @@ def _lower_pow(ctx: LoweringContext, a, b) -> Value:
         (a,) = ctx.promote(a, dtype=ctx.out_dtype)
         return ctx.emit.binary("multiply", a, a)
     out = ctx.out_dtype
-    if out.is_floating_point or out.is_complex or not out.is_signed:  # no negative exponents
+    if out.is_floating_point or out.is_complex or out == torch.bool:
         return arith(ctx, "power", a, b)
     return _integer_power(ctx, *ctx.promote(a, b, dtype=out))
 
 
 def _integer_power(ctx: LoweringContext, base: Value, exp: Value) -> Value:
-    """``base ** exp`` on integers with eager's rule for negative exponents (ATen's ``powi``):
-    1 for base 1, -1 or 1 by the exponent's parity for base -1, 0 otherwise. StableHLO leaves a
-    negative integer exponent to the backend, and XLA CPU's two code generators disagree on it
-    (its classic emitters give 0 for base -1)."""
+    """``base ** exp`` on integers, wrapping like eager, by square-and-multiply over every bit of
+    the exponent. Not ``stablehlo.power``: XLA CPU's integer power squares only six times (it
+    assumes an exponent >= 64 overflows, but eager wraps: 3 ** 64 is 1 in uint8, 0 ** 64 is 0),
+    reads an unsigned exponent as signed, and its two code generators disagree on negative
+    exponents. A constant exponent folds to its multiplications in XLA.
+
+    Negative exponents follow ATen's ``powi``: 1 for base 1, -1 or 1 by the exponent's parity
+    for base -1, 0 otherwise."""
     e = ctx.emit
     one, zero = ctx.full_like(1, base), ctx.full_like(0, base)
+    bits = exp.dtype.itemsize * 8 - exp.dtype.is_signed  # a negative exponent is handled below
+    result, square = one, base
+    for bit in range(bits):
+        set_ = e.compare(e.binary("and", exp, ctx.full_like(1 << bit, exp)), zero, "NE")
+        result = e.select(set_, e.binary("multiply", result, square), result)
+        if bit + 1 < bits:
+            square = e.binary("multiply", square, square)
+    if not exp.dtype.is_signed:
+        return result
     minus_one = ctx.full_like(-1, base)
     odd = e.compare(e.binary("and", exp, one), zero, "NE")
     negative = e.select(
@@ -276,7 +289,7 @@ def _integer_power(ctx: LoweringContext, base: Value, exp: Value) -> Value:
         one,
         e.select(e.compare(base, minus_one, "EQ"), e.select(odd, minus_one, one), zero),
     )
-    return e.select(e.compare(exp, zero, "LT"), negative, e.binary("power", base, exp))
+    return e.select(e.compare(exp, zero, "LT"), negative, result)
 
 
 binary(aten.maximum, "maximum", overloads=("default",))
