@@ -62,6 +62,10 @@ def promote_types(
     return elementwise_dtypes(*[_promotion_stand_in(a) for a in args], type_promotion_kind=kind)
 
 
+#: Result dtypes eager rounds a Python float operand to before computing in float32.
+_HALF_FLOATS = (torch.bfloat16, torch.float16)
+
+
 @dataclass(frozen=True)
 class CollectiveInfo:
     """One collective of a module: its StableHLO op, the c10d group it came from, the
@@ -140,12 +144,20 @@ class LoweringContext:
         *args: Value | Scalar,
         dtype: torch.dtype | None = None,
         kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT,
+        opmath_scalars: bool = False,
     ) -> list[Value]:
         """Convert every argument to one dtype and broadcast all to their common shape.
 
         ``dtype`` overrides the promoted dtype (e.g. a rule that computes in float32).
-        Python scalars become splat constants of the target shape.
+        Python scalars become splat constants of the target shape. A float scalar is first
+        rounded to a bfloat16/float16 result dtype, as eager's kernels read it (``x + 0.1``
+        adds bfloat16's 0.10009765625); eager's mul and div read it unrounded
+        (``opmath_scalars``).
         """
+        rounding = None
+        if not opmath_scalars and any(isinstance(a, float) for a in args):
+            result = promote_types(*args, kind=kind)[1]
+            rounding = result if result in _HALF_FLOATS else None
         dtype = dtype or self.result_dtype(*args, kind=kind)
         shape = broadcast_shapes(*[a.shape for a in args if isinstance(a, Value)])
         out = []
@@ -153,6 +165,8 @@ class LoweringContext:
             if isinstance(a, Value):
                 out.append(self.broadcast_to(self.emit.convert(a, dtype), shape))
             else:
+                if rounding is not None and isinstance(a, float):
+                    a = torch.tensor(a, dtype=rounding).item()
                 out.append(self.emit.full(a, shape, dtype))
         return out
 

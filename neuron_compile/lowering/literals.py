@@ -58,12 +58,22 @@ def i64_list(values: Sequence[int]) -> str:
     return "[" + ", ".join(str(int(v)) for v in values) + "]"
 
 
+def wrap_integer(value: int, dtype: torch.dtype) -> int:
+    """``value`` cast to the integer ``dtype`` as eager casts a Python scalar: modulo 2**bits
+    (uint8 ``x + -1`` adds 255, ``x == 256`` compares with 0)."""
+    bits = dtype.itemsize * 8
+    value &= (1 << bits) - 1
+    if not is_unsigned(dtype) and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
 def format_scalar(value: float | int | bool, dtype: torch.dtype) -> str:
     """Spell one element of a ``dense<...>`` literal."""
     if dtype == torch.bool:
         return "true" if value else "false"
     if not is_float(dtype):
-        return str(int(value))
+        return str(wrap_integer(int(value), dtype))
     value = float(value)
     if math.isnan(value):
         return _NONFINITE_HEX[element_type(dtype)]["nan"]

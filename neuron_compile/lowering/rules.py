@@ -26,6 +26,7 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from .context import LoweringContext, canonical_dtype
 from .emit import Value
+from .literals import is_unsigned
 from .registry import Support, lowering, tensor_dtypes
 
 Operand = Value | int | float | bool
@@ -200,10 +201,16 @@ def float_binary(ctx: LoweringContext, a: Operand, b: Operand, fn: BinaryFormula
 
 
 def arith(
-    ctx: LoweringContext, hlo: str, a: Operand, b: Operand, kind: Kind = Kind.DEFAULT
+    ctx: LoweringContext,
+    hlo: str,
+    a: Operand,
+    b: Operand,
+    kind: Kind = Kind.DEFAULT,
+    opmath_scalars: bool = False,
 ) -> Value:
-    """Binary StableHLO op ``hlo`` on promoted, broadcast operands, converted to the out dtype."""
-    a, b = ctx.promote(a, b, kind=kind)
+    """Binary StableHLO op ``hlo`` on promoted, broadcast operands, converted to the out dtype
+    (``opmath_scalars``: ``LoweringContext.promote``)."""
+    a, b = ctx.promote(a, b, kind=kind, opmath_scalars=opmath_scalars)
     return ctx.emit.convert(ctx.emit.binary(hlo, a, b), ctx.out_dtype)
 
 
@@ -231,6 +238,8 @@ def unary(
         if opmath:
             return float_unary(ctx, x, lambda v: ctx.emit.unary(hlo, v))
         if hlo in _ROUNDING and not x.dtype.is_floating_point:
+            return x
+        if hlo == "abs" and is_unsigned(x.dtype):  # stablehlo.abs takes signed types only
             return x
         return ctx.emit.unary(hlo, x)
 

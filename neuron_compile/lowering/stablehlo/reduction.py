@@ -98,14 +98,16 @@ def _lower_all(ctx: LoweringContext, x: Value, dim=None, keepdim: bool = False) 
 def moments(
     ctx: LoweringContext, x: Value, dims: Sequence[int], correction: float = 0
 ) -> tuple[Value, Value]:
-    """Mean and variance (divisor ``N - correction``) over ``dims``, kept as size-1 dims."""
+    """Mean and variance (divisor ``N - correction``) over ``dims``, kept as size-1 dims. Both
+    divisions are exact: with XLA's reciprocal multiply a constant row's mean was an ulp off, so
+    its variance was not 0 and layer_norm of a constant row gave -0.53 instead of 0."""
     e = ctx.emit
     count = math.prod(x.shape[d] for d in dims)
     total = sum_(ctx, x, dims, True, x.dtype)
-    mean = e.binary("divide", total, ctx.full_like(count, total))
+    mean = exact_divide(ctx, total, ctx.full_like(count, total))
     centered = e.binary("subtract", x, ctx.broadcast_to(mean, x.shape))
     sq = sum_(ctx, e.binary("multiply", centered, centered), dims, True, x.dtype)
-    var = e.binary("divide", sq, ctx.full_like(max(count - correction, 0), sq))
+    var = exact_divide(ctx, sq, ctx.full_like(max(count - correction, 0), sq))
     return mean, var
 
 

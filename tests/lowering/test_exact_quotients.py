@@ -1,0 +1,45 @@
+"""Divisions by a constant that eager performs element by element stay divisions (``exact_divide``):
+XLA rewrites ``x / c`` into ``x * (1 / c)``, an ulp off for up to four quotients in ten. In a mean
+that ulp gave a constant row a non-zero variance, which layer_norm magnified (found by fuzzing
+edge values against eager)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def _compiled(fn):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="neuron")
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.layer_norm(x, (1000,)),
+        lambda x: F.group_norm(x.view(2, 4, 250), 2),
+        lambda x: x.std(dim=1),
+        lambda x: torch.var_mean(x, dim=1)[0],
+    ],
+    ids=["layer_norm", "group_norm", "std", "var_mean"],
+)
+def test_constant_rows_have_zero_spread(fn) -> None:
+    x = torch.full((2, 1000), 30000.0)  # 30000 * (1 / 1000) * 1000 != 30000 in float32
+    actual = _compiled(fn)(x)
+    assert torch.equal(actual, fn(x))
+    assert actual.abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("decimals", [-2, -1, 1, 2, 3])
+def test_round_to_decimals_matches_eager(dtype: torch.dtype, decimals: int) -> None:
+    # Eager computes in float32 for bfloat16/float16 and divides exactly.
+    g = torch.Generator().manual_seed(decimals + 10)
+    x = (torch.randn(20000, generator=g) * 300).to(dtype)
+    x = torch.cat([x, torch.tensor([255.0, 394.0, -112.5, -4.75, -4.25], dtype=dtype)])
+    actual = _compiled(lambda t: torch.round(t, decimals=decimals))(x)
+    expected = torch.round(x, decimals=decimals)
+    assert actual.dtype == expected.dtype
+    assert torch.equal(actual, expected), f"{(actual != expected).sum().item()} differ"
