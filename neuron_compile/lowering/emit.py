@@ -398,13 +398,12 @@ class Emitter:
         return self.op1("bitcast_convert", [x], x.type.with_dtype(dtype))
 
     def round_to_precision(self, x: Value, dtype: torch.dtype) -> Value:
-        """Round float ``x`` to the nearest ``dtype`` value, keeping ``x``'s type
-        (``reduce_precision``). Unlike a convert pair, compilers may not fold it away."""
-        bits = {torch.bfloat16: (8, 7), torch.float16: (5, 10)}.get(dtype)
-        if bits is None or x.dtype == dtype:
+        """Round float ``x`` to the nearest ``dtype`` value, keeping ``x``'s type: a convert to
+        ``dtype`` and back, which compilers may not fold (it is lossy). Not ``reduce_precision``:
+        XLA's flushes the narrow type's subnormals to zero (float16 1e-6 / 1e-6 floored to 0)."""
+        if x.dtype == dtype or not dtype.is_floating_point:
             return x
-        attrs = f"exponent_bits = {bits[0]} : i32, mantissa_bits = {bits[1]} : i32"
-        return self.op1("reduce_precision", [x], x.type, attrs)
+        return self.convert(self.convert(x, dtype), x.dtype)
 
     def reduce_window(
         self,

@@ -43,3 +43,20 @@ def test_round_to_decimals_matches_eager(dtype: torch.dtype, decimals: int) -> N
     expected = torch.round(x, decimals=decimals)
     assert actual.dtype == expected.dtype
     assert torch.equal(actual, expected), f"{(actual != expected).sum().item()} differ"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+def test_rounded_division_keeps_the_dtypes_subnormals(dtype: torch.dtype, mode: str) -> None:
+    # The float16 rounding step between float32 intermediates flushed float16's subnormals (a
+    # reduce_precision); eager keeps them: float16 1e-6 // 1e-6 is 1, not 0.
+    g = torch.Generator().manual_seed(0)
+    n = 50000
+    a = (torch.randn(n, generator=g) * torch.logspace(-7, 3, n)).to(dtype)
+    b = (torch.randn(n, generator=g) * torch.logspace(2, -7, n)).to(dtype)
+    a = torch.cat([a, torch.tensor([1e-6, 2e-6, 6e-5], dtype=dtype)])
+    b = torch.cat([b, torch.tensor([1e-6, 1e-6, 1e-5], dtype=dtype)])
+    actual = _compiled(lambda x, y: torch.div(x, y, rounding_mode=mode))(a, b)
+    expected = torch.div(a, b, rounding_mode=mode)
+    same = (actual == expected) | (actual.isnan() & expected.isnan())
+    assert same.all(), f"{(~same).sum().item()} differ"
