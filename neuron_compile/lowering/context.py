@@ -62,8 +62,19 @@ def promote_types(
     return elementwise_dtypes(*[_promotion_stand_in(a) for a in args], type_promotion_kind=kind)
 
 
-#: Result dtypes eager rounds a Python float operand to before computing in float32.
+#: Result dtypes eager rounds a scalar operand to before computing in float32.
 _HALF_FLOATS = (torch.bfloat16, torch.float16)
+
+
+def _is_scalar(a: Any) -> bool:
+    """A Python number or a 0-d tensor: the operands eager casts to the common dtype."""
+    if isinstance(a, Value):
+        return a.rank == 0
+    return isinstance(a, (int, float)) and not isinstance(a, bool)
+
+
+def _rounded(value: int | float, dtype: torch.dtype) -> float:
+    return torch.tensor(value, dtype=dtype).item()
 
 
 @dataclass(frozen=True)
@@ -149,24 +160,28 @@ class LoweringContext:
         """Convert every argument to one dtype and broadcast all to their common shape.
 
         ``dtype`` overrides the promoted dtype (e.g. a rule that computes in float32).
-        Python scalars become splat constants of the target shape. A float scalar is first
-        rounded to a bfloat16/float16 result dtype, as eager's kernels read it (``x + 0.1``
-        adds bfloat16's 0.10009765625); eager's mul and div read it unrounded
-        (``opmath_scalars``).
+        Python scalars become splat constants of the target shape. A scalar operand (a Python
+        number or a 0-d tensor) is first rounded to a bfloat16/float16 result dtype, as eager's
+        kernels read it (``x + 0.1`` adds bfloat16's 0.10009765625); eager's mul and div read it
+        unrounded (``opmath_scalars``).
         """
         rounding = None
-        if not opmath_scalars and any(isinstance(a, float) for a in args):
+        if not opmath_scalars and any(_is_scalar(a) for a in args):
             result = promote_types(*args, kind=kind)[1]
             rounding = result if result in _HALF_FLOATS else None
         dtype = dtype or self.result_dtype(*args, kind=kind)
         shape = broadcast_shapes(*[a.shape for a in args if isinstance(a, Value)])
         out = []
         for a in args:
+            if rounding is not None and _is_scalar(a):
+                a = (
+                    self.emit.convert(a, rounding)
+                    if isinstance(a, Value)
+                    else _rounded(a, rounding)
+                )
             if isinstance(a, Value):
                 out.append(self.broadcast_to(self.emit.convert(a, dtype), shape))
             else:
-                if rounding is not None and isinstance(a, float):
-                    a = torch.tensor(a, dtype=rounding).item()
                 out.append(self.emit.full(a, shape, dtype))
         return out
 
