@@ -11,6 +11,7 @@ the backward op too). One module per family:
 - ``segments``: ``segment_reduce``;
 - ``indexing``: indexing ops whose PyTorch decomposition goes through Python indexing;
 - ``dropout``: ``native_dropout`` of an empty tensor (eager's float mask);
+- ``lerp``: ``lerp`` in float32, rounded once, as eager's kernel computes it;
 - ``legacy``: the legacy convolution entry points and the other aliases of covered ops.
 
 ``counting`` is their shared helper for counts (a float32 scatter-add, legal on Trainium).
@@ -24,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RegistryError
-from . import dropout, embedding, indexing, legacy, sampling, segments
+from . import dropout, embedding, indexing, legacy, lerp, sampling, segments
 from .fast_path import FAST_PATH_DECOMPOSITIONS
 from .promoting import promoting_decompositions
 
@@ -34,7 +35,7 @@ __all__ = ["added_decompositions", "promoting_decompositions"]
 def added_decompositions() -> dict[Any, Any]:
     """Every family's ``DECOMPOSITIONS``, merged (the families cover disjoint ops)."""
     table: dict[Any, Any] = dict(FAST_PATH_DECOMPOSITIONS)
-    for family in (sampling, embedding, segments, indexing, dropout, legacy):
+    for family in (sampling, embedding, segments, indexing, dropout, lerp, legacy):
         overlap = table.keys() & family.DECOMPOSITIONS.keys()
         if overlap:
             raise RegistryError(f"{family.__name__} decomposes ops decomposed already: {overlap}")

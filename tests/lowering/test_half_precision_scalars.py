@@ -64,3 +64,23 @@ def test_equality_with_the_rounded_scalar() -> None:
     x = torch.tensor([0.10009765625], dtype=torch.bfloat16)  # bfloat16(0.1)
     torch._dynamo.reset()
     assert torch.compile(lambda t: t == 0.1, backend="neuron")(x).item() is True
+
+
+@pytest.mark.parametrize(
+    "weight", [0.1, 0.7, torch.tensor(0.1), torch.tensor(0.7)], ids=["0.1", "0.7", "0d", "0d_big"]
+)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_lerp_weights_are_read_as_eager_reads_them(dtype: torch.dtype, weight) -> None:
+    # A 0-d float32 weight is cast to the operands' dtype first; the result is computed in
+    # float32 from the end nearer the weight and rounded once (decompositions/lerp.py).
+    if dtype == torch.float32:
+        x = torch.randn(100003, generator=torch.Generator().manual_seed(0)) * 100
+    else:
+        x = _normal_values(dtype)
+    end = x.flip(0) * 0.37
+    torch._dynamo.reset()
+    actual = torch.compile(torch.lerp, backend="neuron")(x, end, weight)
+    expected = torch.lerp(x, end, weight)
+    assert actual.dtype == expected.dtype
+    wrong = (~_same(actual, expected, dtype)).sum().item()
+    assert wrong == 0, f"{wrong} differ"
