@@ -224,6 +224,10 @@ class Emitter:
             return x
         if dtype == torch.bool:  # convert rounds; torch's bool cast means "!= 0"
             return self.compare(x, self.full(0, x.shape, x.dtype), "NE")
+        if x.dtype.is_floating_point and dtype in (torch.int16, torch.int8, torch.uint8):
+            # Eager truncates to int32 and then wraps (-3.5 -> uint8 253, 300.0 -> 44); a
+            # direct float -> narrow-int convert saturates (to 0 and 255).
+            x = self.op1("convert", [x], x.type.with_dtype(torch.int32))
         return self.op1("convert", [x], x.type.with_dtype(dtype))
 
     def reshape(self, x: Value, shape: Sequence[int]) -> Value:

@@ -355,12 +355,7 @@ def _lower_where(ctx: LoweringContext, cond: Value, a, b) -> Value:
 # ---- casts and constants --------------------------------------------------------------------
 @lowering(aten._to_copy.default, supports=any_dtype)
 def _lower_to_copy(ctx: LoweringContext, x: Value, **_: object) -> Value:
-    out = ctx.out_dtype
-    if x.dtype.is_floating_point and out in (torch.int16, torch.int8, torch.uint8):
-        # Eager truncates to int32 and then wraps (e.g. -3.5 -> uint8 253); a direct
-        # float -> narrow-int convert would saturate instead.
-        x = ctx.emit.convert(x, torch.int32)
-    return ctx.emit.convert(x, out)
+    return ctx.emit.convert(x, ctx.out_dtype)  # float -> narrow int wraps as eager's (emit.py)
 
 
 @lowering(aten.scalar_tensor.default, supports=any_dtype)
