@@ -95,3 +95,59 @@ def test_depthwise_kernel_gradient_is_one_variadic_reduce(tmp_path: Path) -> Non
     (backward,) = tmp_path.rglob("*backward*/module.stablehlo.mlir")
     results = re.findall(r"%\S+?(?::(\d+))? = stablehlo\.reduce\(", backward.read_text())
     assert sorted(int(n or 1) for n in results) == [1, 49]
+
+
+class DepthwiseThenNorm(nn.Module):
+    """ConvNeXt's pattern: a 7x7 depthwise sum read by a LayerNorm's reductions, its
+    normalization and (saved for the backward) autograd."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(6, 6, 7, padding=3, groups=6)
+        self.norm = nn.LayerNorm(6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(self.conv(x).permute(0, 2, 3, 1))
+
+
+def _depthwise_then_norm(tmp_path: Path | None) -> tuple[list[torch.Tensor], str]:
+    """Output and gradients (float64 eager without ``tmp_path``), and XLA's optimized HLO of the
+    compiled forward."""
+    from jaxlib import xla_client
+
+    from neuron_compile.runtime import xla_cpu
+
+    model = DepthwiseThenNorm()
+    x = torch.randn(3, 6, 10, 10, generator=torch.Generator().manual_seed(1))
+    if tmp_path is None:
+        model, x = model.double(), x.double()
+        return [t.float() for t in [model(x), *_grads(model.conv, x, model)[1]]], ""
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="neuron", options={"dump_dir": str(tmp_path)})
+    out, grads = _grads(model.conv, x, compiled)
+    (forward,) = tmp_path.rglob("*forward*/module.portable.mlirbc")
+    backend, _, devices, _ = xla_cpu._client()
+    options = xla_cpu.compile_options(xla_client.CompileOptions())
+    executable = backend.compile_and_load(forward.read_bytes(), devices, options)
+    return [out, *grads], executable.hlo_modules()[0].to_string()
+
+
+def _products(hlo: str) -> int:
+    return len(re.findall(r"= f32\[[\d,]+\]\S* multiply\(", hlo))
+
+
+def test_large_depthwise_sums_are_computed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 49-tap depthwise sum reaches XLA divided by a 1 it cannot prove is 1, so XLA computes
+    it once instead of inside each of its consumers (which it does without the divide)."""
+    from neuron_compile.cpu import lowering
+
+    expected, _ = _depthwise_then_norm(None)
+    once, once_hlo = _depthwise_then_norm(tmp_path / "once")
+    for actual, reference in zip(once, expected, strict=True):
+        torch.testing.assert_close(actual, reference, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(lowering, "RECOMPUTED_TAPS", 49)
+    _, recomputed_hlo = _depthwise_then_norm(tmp_path / "recomputed")
+    assert _products(once_hlo) < 49 * 2 <= _products(recomputed_hlo)
