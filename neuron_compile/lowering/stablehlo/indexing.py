@@ -132,7 +132,7 @@ def _lower_scatter(ctx: LoweringContext, x: Value, dim: int, index: Value, src) 
 
 @lowering(aten.scatter_add.default, supports=any_dtype)
 def _lower_scatter_add(ctx: LoweringContext, x: Value, dim: int, index: Value, src: Value) -> Value:
-    return _scatter_elements(ctx, x, dim, index, src, "add")
+    return scatter_reduce(ctx, x, dim, index, src, "sum", include_self=True)
 
 
 _SCATTER_REDUCE = {
@@ -174,23 +174,32 @@ def scatter_reduce(
     src: Value,
     reduce: str,
     include_self: bool,
+    opmath: bool = True,
 ) -> Value:
     """Without ``include_self``, every scattered-to position first becomes the reduction's
     identity; ``mean`` divides by the per-position count (floor division for integers), as
-    eager's kernel does."""
+    eager's kernel does. With ``opmath``, bfloat16 and float16 sums and products accumulate in
+    float32 and round once, and a mean divides that rounded sum by the exact count rounded once,
+    as eager's CPU scatter kernels do (adding in bfloat16 drifted: 200 times 3.0 summed to 712;
+    a count added up in bfloat16 stopped at 256); without it they accumulate in their own
+    dtype, as eager's ``index_reduce`` does."""
     e = ctx.emit
+    dtype = x.dtype
+    acc = ctx.compute_dtype(dtype) if opmath else dtype
+    x, src = e.convert(x, acc), e.convert(src, acc)
     if not include_self:
-        x = _scatter_elements(ctx, x, dim, index, _reduce_identity(reduce, x.dtype), None)
-    out = _scatter_elements(ctx, x, dim, index, src, _SCATTER_REDUCE[reduce])
+        x = _scatter_elements(ctx, x, dim, index, _reduce_identity(reduce, acc), None)
+    out = e.convert(_scatter_elements(ctx, x, dim, index, src, _SCATTER_REDUCE[reduce]), dtype)
     if reduce != "mean":
         return out
-    count = ctx.full_like(1 if include_self else 0, out)
+    count = ctx.full_like(1 if include_self else 0, x)
     count = _scatter_elements(ctx, count, dim, index, 1, "add")
     count = e.select(
         e.compare(count, ctx.full_like(0, count), "EQ"), ctx.full_like(1, count), count
     )
-    if out.dtype.is_floating_point:
-        return e.binary("divide", out, count)
+    if out.dtype.is_floating_point:  # the count rounded to ``dtype`` too (bfloat16: 301 -> 300)
+        count = e.round_to_precision(count, dtype)
+        return e.convert(e.binary("divide", e.convert(out, acc), count), dtype)
     quotient = e.binary("divide", out, count)  # truncates; floor for a negative inexact result
     inexact = e.compare(e.binary("multiply", quotient, count), out, "NE")
     negative = e.compare(out, ctx.full_like(0, out), "LT")
@@ -218,7 +227,7 @@ def _lower_index_reduce(
     dim = dim + x.rank if dim < 0 else dim
     index = ctx.emit.reshape(ctx.emit.convert(index, INDEX), [math.prod(index.shape)])
     full = ctx.emit.broadcast_in_dim(index, source.shape, [dim])
-    return scatter_reduce(ctx, x, dim, full, source, reduce, include_self)
+    return scatter_reduce(ctx, x, dim, full, source, reduce, include_self, opmath=False)
 
 
 @lowering(aten.put.default, supports=any_dtype)

@@ -36,14 +36,22 @@ def keep_dims(
     return ctx.emit.reshape(reduced, shape)
 
 
+def accumulated(ctx: LoweringContext, x: Value, dtype: torch.dtype, acc: torch.dtype) -> Value:
+    """``x`` as a reduction or scan with result dtype ``dtype`` reads it: cast to ``dtype`` first,
+    as eager's ``dtype=`` does (``sum(dtype=float16)`` of float32 values sums their float16
+    roundings), then to the accumulation dtype ``acc``."""
+    return ctx.emit.convert(ctx.emit.convert(x, dtype), acc)
+
+
 def sum_(
     ctx: LoweringContext, x: Value, dims: Sequence[int], keepdim: bool, dtype: torch.dtype
 ) -> Value:
-    """Sum ``x`` over ``dims`` accumulating in the compute dtype of ``dtype``; result in ``dtype``."""
+    """Sum ``x`` (read as ``dtype``) over ``dims`` accumulating in the compute dtype of
+    ``dtype``; result in ``dtype``."""
     acc = ctx.compute_dtype(dtype)
     if acc == torch.bool:
         acc = torch.int32
-    src = ctx.emit.convert(x, acc)
+    src = accumulated(ctx, x, dtype, acc)
     reduced = ctx.emit.reduce_simple(src, 0, dims, "add")
     return ctx.emit.convert(keep_dims(ctx, reduced, x, dims, keepdim), dtype)
 
@@ -154,7 +162,7 @@ def _lower_prod(
     if acc == torch.bool:
         reduced = e.reduce_simple(e.convert(x, torch.bool), True, dims, "and")
     else:
-        reduced = e.reduce_simple(e.convert(x, acc), 1, dims, "multiply")
+        reduced = e.reduce_simple(accumulated(ctx, x, out, acc), 1, dims, "multiply")
     return e.convert(keep_dims(ctx, reduced, x, dims, keepdim), out)
 
 

@@ -17,7 +17,7 @@ from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
 from ..rules import INDEX, any_dtype, floats, minmax_init, normalize_dim
-from .reduction import arg_combiner
+from .reduction import accumulated, arg_combiner
 
 aten = torch.ops.aten
 
@@ -47,7 +47,7 @@ def _accumulating(ctx: LoweringContext, x: Value, dim: int, combiner: str, init:
     acc = ctx.compute_dtype(out)
     if acc == torch.bool:  # only reachable with an explicit dtype=torch.bool
         acc = torch.int32
-    src = e.convert(x, acc)
+    src = accumulated(ctx, x, out, acc)
     (total,) = scan(
         ctx,
         [src],
