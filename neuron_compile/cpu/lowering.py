@@ -9,17 +9,17 @@ depthwise 3x3), and a grouped kernel gradient (``batch_group_count``) into somet
 still (200x eager for ``groups=8``; docs/benchmarks.md). These forms compute the same sums
 from the ``K`` kernel taps (``K`` = kernel elements), each a strided slice of the padded input:
 
-* depthwise (one input channel per group): ``sum_k slice_k(x) * w[:, k]``, elementwise, one
-  loop XLA fuses;
+* few products per output (``C/G * K`` at most ``ELEMENTWISE_TERMS``; depthwise always):
+  ``sum_{c,k} slice_k(x)[c] * w[:, c, k]``, elementwise, one loop XLA fuses;
 * other groups: the taps stacked into patches ``(N, G, C/G, K, *out)`` and one ``dot_general``
   batched over the groups (a GEMM per group, as eager's grouped kernels do);
 * grad_input: the same forward on grad_output spread by the stride and padded, with the
   per-group transposed, spatially reversed kernel (``conv.swapped_kernel``);
-* grad_weight: per tap, the input's slice times grad_output summed over batch and space, all
-  taps in one variadic reduce that XLA fuses with the slices (depthwise; a reduce per tap was
+* grad_weight: per input channel and tap, the input's slice times grad_output summed over batch
+  and space, all in one variadic reduce that XLA fuses with the slices (a reduce per tap was
   offloaded to YNNPACK one at a time, each tap's slice materialized first: MobileNetV2's
-  backward 120 -> 75 ms, ConvNeXt's 8.9 -> 5.8 ms), or the input's patches contracted with
-  grad_output in one ``dot_general``.
+  backward 120 -> 75 ms, ConvNeXt's 8.9 -> 5.8 ms), or, with many products, the input's
+  patches contracted with grad_output in one ``dot_general``.
 
 The rules are the reference's (``lower_convolution(_backward)``: batching, bias, masks, result
 dtypes) with these three forms passed in, as the trn forms are. Operands compute in
@@ -105,6 +105,25 @@ def _taps(
     return slices
 
 
+def _channel_taps(ctx: LoweringContext, slices: Sequence[Value], groups: int) -> list[Value]:
+    """Each tap slice ``(N, C, *out)`` split into its groups' input channels: ``C/G`` values
+    ``(N, G, *out)`` per tap, tap-major (``k * C/G + c``)."""
+    e = ctx.emit
+    n, channels, *out = slices[0].shape
+    per_group = channels // groups
+    rank = 3 + len(out)
+    result = []
+    for s in slices:
+        if per_group == 1:  # depthwise
+            result.append(e.reshape(s, [n, groups, *out]))
+            continue
+        s = e.reshape(s, [n, groups, per_group, *out])
+        for c in range(per_group):
+            one = e.slice(s, [0, 0, c, *[0] * len(out)], [n, groups, c + 1, *out], [1] * rank)
+            result.append(e.reshape(one, [n, groups, *out]))
+    return result
+
+
 def grouped_forward(
     ctx: LoweringContext,
     x: Value,
@@ -123,16 +142,20 @@ def grouped_forward(
     slices = _taps(ctx, x, kernel, stride, dilation, out_spatial)
     wide = [n, groups, out_per_group, *out_spatial]
     w_taps = e.reshape(w, [groups, out_per_group, in_per_group, taps])
-    if in_per_group == 1:  # depthwise: one product per tap, summed elementwise
+    terms = in_per_group * taps
+    if in_per_group == 1 or terms <= ELEMENTWISE_TERMS:  # one product per channel and tap
+        space = list(range(3, 3 + len(out_spatial)))
+        w_terms = e.reshape(e.transpose(w_taps, [0, 1, 3, 2]), [groups, out_per_group, terms])
         acc = None
-        for k, s in enumerate(slices):
-            xs = e.broadcast_in_dim(e.reshape(s, [n, groups, *out_spatial]), wide,
-                                    [0, 1, *range(3, 3 + len(out_spatial))])  # fmt: skip
-            wk = e.slice(w_taps, [0, 0, 0, k], [groups, out_per_group, 1, k + 1], [1, 1, 1, 1])
-            wk = e.broadcast_in_dim(e.reshape(wk, [groups, out_per_group]), wide, [1, 2])
-            term = e.binary("multiply", xs, wk)
+        for i, xc in enumerate(_channel_taps(ctx, slices, groups)):
+            wi = e.slice(w_terms, [0, 0, i], [groups, out_per_group, i + 1], [1, 1, 1])
+            term = e.binary(
+                "multiply",
+                e.broadcast_in_dim(xc, wide, [0, 1, *space]),
+                e.broadcast_in_dim(e.reshape(wi, [groups, out_per_group]), wide, [1, 2]),
+            )
             acc = term if acc is None else e.binary("add", acc, term)
-        if taps > RECOMPUTED_TAPS:
+        if terms > RECOMPUTED_TERMS:
             acc = _computed_once(ctx, acc)
         return e.reshape(acc, [n, out_ch, *out_spatial])
     split = [n, groups, in_per_group, 1, *out_spatial]
@@ -143,10 +166,16 @@ def grouped_forward(
     return e.reshape(y, [n, out_ch, *out_spatial])
 
 
-#: Depthwise sums over more taps than this are computed once (``_computed_once``); smaller ones
-#: XLA may recompute in each consumer, which costs less than another pass over memory
-#: (MobileNetV2's 3x3: forward compile +20 % with the divide, execution unchanged).
-RECOMPUTED_TAPS = 16
+#: Grouped convolutions with at most this many products per output (``C/G`` input channels times
+#: ``K`` taps; depthwise ones always) compute as elementwise sums of products, with no patches:
+#: ResNeXt's (``C/G`` = 2, 4, 8 over 3x3) had their patches materialized twice, once in the
+#: concatenation and once transposed for the batched GEMM, and its train step ran at 2.8x eager.
+ELEMENTWISE_TERMS = 81
+
+#: Elementwise sums of more products than this are computed once (``_computed_once``); smaller
+#: ones XLA may recompute in each consumer, which costs less than another pass over memory
+#: (MobileNetV2's 3x3 depthwise: forward compile +20 % with the divide, execution unchanged).
+RECOMPUTED_TERMS = 16
 
 
 def _computed_once(ctx: LoweringContext, acc: Value) -> Value:
@@ -277,14 +306,18 @@ def cpu_grad_weight(
                    out_spatial)  # fmt: skip
     gg = e.reshape(g, [n, groups, out_ch // groups, *out_spatial])
     space = list(range(3, 3 + rank))
-    if in_per_group == 1:  # depthwise: per tap, a product reduced over batch and space
+    terms = in_per_group * len(slices)
+    if in_per_group == 1 or terms <= ELEMENTWISE_TERMS:
+        # per channel and tap, a product reduced over batch and space, all in one reduce
         products = [
-            e.binary("multiply", e.broadcast_in_dim(e.reshape(s, [n, groups, *out_spatial]),
-                                                    gg.shape, [0, 1, *space]), gg)
-            for s in slices
-        ]  # fmt: skip
+            e.binary("multiply", e.broadcast_in_dim(xc, gg.shape, [0, 1, *space]), gg)
+            for xc in _channel_taps(ctx, slices, groups)
+        ]
         sums = [e.reshape(t, [groups, out_ch // groups, 1]) for t in _sums(ctx, products, space)]
-        return e.reshape(e.concatenate(sums, 2), [out_ch, 1, *kernel])  # (G, O/G, K)
+        gw = e.reshape(
+            e.concatenate(sums, 2), [groups, out_ch // groups, len(slices), in_per_group]
+        )
+        return e.reshape(e.transpose(gw, [0, 1, 3, 2]), [out_ch, in_per_group, *kernel])
     split = [n, groups, in_per_group, 1, *out_spatial]
     patches = e.concatenate([e.reshape(s, split) for s in slices], 3)  # (N, G, C/G, K, *out)
     gw = e.dot_general(gg, patches, ((0, *space), (0, *(d + 1 for d in space))), ((1,), (1,)))

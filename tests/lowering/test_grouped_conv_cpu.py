@@ -20,6 +20,7 @@ CASES = {
     "groups4_dilated": (nn.Conv2d, 8, 12, 3, 2, 2, 2, 4, (11, 11)),
     "groups2_1d": (nn.Conv1d, 6, 4, 5, 2, 1, 1, 2, (17,)),
     "groups3_3d": (nn.Conv3d, 6, 3, 3, 1, 1, 1, 3, (5, 6, 5)),
+    "groups2_wide": (nn.Conv2d, 40, 20, 3, 1, 1, 1, 2, (6, 6)),  # 20 x 9 products: patches
 }
 
 
@@ -148,6 +149,6 @@ def test_large_depthwise_sums_are_computed_once(
     once, once_hlo = _depthwise_then_norm(tmp_path / "once")
     for actual, reference in zip(once, expected, strict=True):
         torch.testing.assert_close(actual, reference, rtol=1e-5, atol=1e-5)
-    monkeypatch.setattr(lowering, "RECOMPUTED_TAPS", 49)
+    monkeypatch.setattr(lowering, "RECOMPUTED_TERMS", 49)
     _, recomputed_hlo = _depthwise_then_norm(tmp_path / "recomputed")
     assert _products(once_hlo) < 49 * 2 <= _products(recomputed_hlo)
