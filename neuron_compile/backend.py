@@ -25,6 +25,7 @@ from . import events, registration
 from .capture import decomposition_table, saving_random_ops
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
+from .decompositions.functional import rewrite_functions
 from .errors import DynamicShapeError, NeuronCompileError, through_dynamo
 from .narrowing import user_name
 from .saved import partition_with_link
@@ -236,6 +237,7 @@ def compile_frame(
         inference_compiler=compiler_for("inference"),
         decompositions=decomposition_table(cfg.target),
     )
+    rewrite_functions(gm)
     get_target(cfg.target).prepare_frame(gm, cfg)
     scope = (
         aot_cache.frame(cfg, next_name, start, recompile, example_inputs, gm=gm)

@@ -14,6 +14,10 @@ the backward op too). One module per family:
 - ``lerp``: ``lerp`` in float32, rounded once, as eager's kernel computes it;
 - ``legacy``: the legacy convolution entry points and the other aliases of covered ops.
 
+``functional`` is not a table: it rewrites Dynamo's calls of ``torch.nn.functional`` functions
+whose ATen ops PyTorch decomposes ahead of any table or traces into a kernel
+(``rewrite_functions``, called by the backend before AOTAutograd).
+
 ``counting`` is their shared helper for counts (a float32 scatter-add, legal on Trainium).
 
 A family module exports ``DECOMPOSITIONS`` (op overload -> function); each function computes what

@@ -15,6 +15,10 @@ the backward for free:
   it is ``convolution_backward`` in the same layouts. Eager's kernel
   accumulates per tap with ``addmm``; the convolution sums in another order, so float results
   agree to rounding, not bit for bit (as any two convolution kernels).
+- ``aten.detach_``: what ``torch.tensor(...)`` inside a PyTorch decomposition traces to after
+  ``lift_fresh_copy`` (``affine_grid`` with a spatial size of 1 builds its one grid step so),
+  an in-place op left in a graph AOTAutograd requires functional; on that fresh tensor it is the
+  tensor itself, as Inductor's table also has it.
 - ``aten._index_put_impl`` (the functional form of ``index_put_``'s implementation): ``index_put``
   with the same ``accumulate``; ``unsafe`` only skips eager's bounds check (out-of-range indices
   are undefined behaviour there, and dropped by XLA's scatter here), so it is ignored.
@@ -92,6 +96,11 @@ def _conv_tbc_backward(
     )
 
 
+def _detach_(self: torch.Tensor) -> torch.Tensor:
+    """``detach_`` of a tensor the trace just made: nothing tracks its gradient anyway."""
+    return self
+
+
 def _index_put_impl(
     self: torch.Tensor,
     indices: Sequence[torch.Tensor | None],
@@ -109,4 +118,5 @@ DECOMPOSITIONS: dict[Any, Any] = {
     aten.conv_tbc.default: _conv_tbc,
     aten.conv_tbc_backward.default: _conv_tbc_backward,
     aten._index_put_impl.default: _index_put_impl,
+    aten.detach_.default: _detach_,
 }
