@@ -63,10 +63,11 @@ def retain_freed_blocks() -> bool:
     every call page-faulted its whole temporary buffer again: ResNeXt's backward, 40 MiB of
     temporaries, took 10,000 page faults and 20 of its 39 ms in the kernel per call. With the
     mmap threshold (and the heap's trim threshold) above the block, the same pages serve every
-    call. One arena serves all threads: with one per thread, a call's block was still faulted
-    in again on 3 runs in 4. It applies process-wide, to eager's tensors too; freed memory up to
-    that size stays mapped instead of returning to the system. Returns whether malloc was tuned
-    (glibc only)."""
+    call (an occasional call still faults it in; the median call does not). One arena serves
+    all threads, as the block may be allocated on XLA's worker threads. It applies process-wide,
+    to eager's tensors too: freed memory up to that size stays mapped instead of returning to
+    the system, and threads share one malloc lock. Returns whether malloc was tuned (glibc
+    only)."""
     value = os.environ.get(RETAIN_ENV, "").strip()
     megabytes = int(value) if value.isdigit() else DEFAULT_RETAIN_MB
     if megabytes <= 0:
