@@ -79,3 +79,12 @@ def test_affine_grid(size: tuple[int, ...], align_corners: bool) -> None:
     k = len(size) - 2
     theta = torch.randn(size[0], k, k + 1, generator=torch.Generator().manual_seed(0))
     _check(lambda t: F.affine_grid(t, size, align_corners=align_corners), theta, atol=1e-5)
+
+
+def test_affine_grid_generator_called_directly_with_a_unit_axis() -> None:
+    """The op itself (no ``F.affine_grid`` call to rewrite): PyTorch's decomposition traces a
+    ``detach_`` for the unit axis, which ``decompositions/legacy.py`` decomposes."""
+    theta = torch.randn(1, 2, 3, generator=torch.Generator().manual_seed(0))
+    fn = lambda t: torch.affine_grid_generator(t, (1, 1, 1, 3), False)  # noqa: E731
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(fn, backend="neuron")(theta), fn(theta))

@@ -143,7 +143,7 @@ def grouped_forward(
     wide = [n, groups, out_per_group, *out_spatial]
     w_taps = e.reshape(w, [groups, out_per_group, in_per_group, taps])
     terms = in_per_group * taps
-    if in_per_group == 1 or terms <= ELEMENTWISE_TERMS:  # one product per channel and tap
+    if _elementwise(in_per_group, taps):  # one product per channel and tap
         space = list(range(3, 3 + len(out_spatial)))
         w_terms = e.reshape(e.transpose(w_taps, [0, 1, 3, 2]), [groups, out_per_group, terms])
         acc = None
@@ -171,6 +171,12 @@ def grouped_forward(
 #: ResNeXt's (``C/G`` = 2, 4, 8 over 3x3) had their patches materialized twice, once in the
 #: concatenation and once transposed for the batched GEMM, and its train step ran at 2.8x eager.
 ELEMENTWISE_TERMS = 81
+
+
+def _elementwise(in_per_group: int, taps: int) -> bool:
+    """Whether a grouped convolution (and its kernel gradient) takes the elementwise form."""
+    return in_per_group == 1 or in_per_group * taps <= ELEMENTWISE_TERMS
+
 
 #: Elementwise sums of more products than this are computed once (``_computed_once``); smaller
 #: ones XLA may recompute in each consumer, which costs less than another pass over memory
@@ -306,8 +312,7 @@ def cpu_grad_weight(
                    out_spatial)  # fmt: skip
     gg = e.reshape(g, [n, groups, out_ch // groups, *out_spatial])
     space = list(range(3, 3 + rank))
-    terms = in_per_group * len(slices)
-    if in_per_group == 1 or terms <= ELEMENTWISE_TERMS:
+    if _elementwise(in_per_group, len(slices)):
         # per channel and tap, a product reduced over batch and space, all in one reduce
         products = [
             e.binary("multiply", e.broadcast_in_dim(xc, gg.shape, [0, 1, *space]), gg)

@@ -69,7 +69,13 @@ def retain_freed_blocks() -> bool:
     the system, and threads share one malloc lock. Returns whether malloc was tuned (glibc
     only)."""
     value = os.environ.get(RETAIN_ENV, "").strip()
-    megabytes = int(value) if value.isdigit() else DEFAULT_RETAIN_MB
+    if value and not value.isdigit():
+        from ..errors import OptionsError
+
+        raise OptionsError(
+            f"invalid {RETAIN_ENV}={value!r}", hint="a whole number of MiB, 0 to leave malloc as is"
+        )
+    megabytes = int(value) if value else DEFAULT_RETAIN_MB
     if megabytes <= 0:
         return False
     try:
@@ -78,12 +84,13 @@ def retain_freed_blocks() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
-    size = min(megabytes << 20, 2**30)  # mallopt takes an int; the trim threshold is twice this
+    largest = 2**31 - 1  # mallopt takes an int
+    size = min(megabytes << 20, largest)
     tuned = all(
         mallopt(parameter, value)
         for parameter, value in (
             (_M_MMAP_THRESHOLD, size),
-            (_M_TRIM_THRESHOLD, 2 * size - 1),
+            (_M_TRIM_THRESHOLD, min(2 * size, largest)),
             (_M_ARENA_MAX, 1),
         )
     )

@@ -60,3 +60,12 @@ def test_temporaries_are_not_faulted_in_every_call() -> None:
     pages = 9 * (1 << 20) * 4 // 4096
     assert _faults_per_call("0") >= pages * 0.9  # malloc as is: fresh pages every call
     assert _faults_per_call(None) < pages * 0.05
+
+
+def test_a_value_that_is_not_a_number_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuron_compile.errors import OptionsError
+    from neuron_compile.runtime.client import retain_freed_blocks
+
+    monkeypatch.setenv("NEURON_COMPILE_MALLOC_RETAIN_MB", "1GB")
+    with pytest.raises(OptionsError, match="NEURON_COMPILE_MALLOC_RETAIN_MB='1GB'"):
+        retain_freed_blocks()
