@@ -29,6 +29,7 @@ from .decompositions.functional import rewrite_functions
 from .errors import DynamicShapeError, NeuronCompileError, through_dynamo
 from .narrowing import user_name
 from .saved import partition_with_link
+from .saved_views import saving_parameters_for_views
 from .shapes import (
     ShapeSpecializer,
     frame_key,
@@ -223,7 +224,10 @@ def compile_frame(
         # A backward compiles at loss.backward(), outside Dynamo: its errors need no disguise.
         return compile_one if kind == "backward" else _errors_read_first(compile_one)
 
-    partition_fn = partition_with_link(saving_random_ops(default_partition))
+    partition_fn = saving_random_ops(default_partition)
+    if get_target(cfg.target).saves_parameters_for_views:
+        partition_fn = saving_parameters_for_views(partition_fn, example_inputs)
+    partition_fn = partition_with_link(partition_fn)
     fw_compiler: Any = compiler_for("forward")
     if cached:  # AOTAutogradCache stores and loads our OutputCode (aot_cache.py)
         from torch._functorch._aot_autograd.schemas import SerializableAOTDispatchCompiler

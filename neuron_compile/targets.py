@@ -66,6 +66,10 @@ class Target:
     #: Whether graphs may be served from the FX index and AOTAutogradCache, which skip lowering.
     #: False for targets whose checks need the lowered graph on every compile.
     skips_lowering_when_cached: bool = True
+    #: Whether a backward that reads a view of a parameter (a Linear's transposed weight) is
+    #: handed the parameter and replays the view, instead of the forward returning a copy of the
+    #: view (``saved_views.py``). It changes both graphs' interfaces.
+    saves_parameters_for_views: bool = True
 
     def resolve_lnc(self, lnc: int | None) -> int | None:
         """The logical-core config graphs are compiled for (None: not meaningful here)."""

@@ -169,6 +169,9 @@ class TrainiumTarget(Target):
     lowering_keys: tuple[str, ...] = (TRN_KEY,)
     #: Legality checks read the lowered graph, so every compile lowers.
     skips_lowering_when_cached: bool = False
+    # The graphs neuronx-cc receives keep AOTAutograd's partition until the change is measured
+    # on a device (a transposed weight there is a DMA pattern, not a copy thunk).
+    saves_parameters_for_views: bool = False
     #: ``neuronx-cc --target`` value.
     neuronx_cc_target: str = ""
     #: The logical NeuronCore config used when neither ``lnc`` nor the runtime's setting says.
