@@ -72,8 +72,22 @@ class _OutputPlan:
         converts: dict[int, torch.dtype] = {}
         # Results eager lays out otherwise than contiguously (OutputSpec.stride), by index.
         restrides: dict[int, tuple[int, ...]] = {}
+        # Outputs eager returns as views of another output or of an input: (base's index in the
+        # sources, size, stride, storage offset from the base's), built after everything else;
+        # empty outputs as (-1, size, dtype, 0). Input bases follow the passthrough inputs the
+        # "input" outputs take.
+        views: list[tuple[int, tuple[int, ...], tuple[int, ...], int]] = []
+        view_inputs = num_results + sum(1 for kind, *_ in plan if kind == "input")
         for kind, index, dtype, value, stride in plan:
-            if kind == "result":
+            if kind in ("result_view", "input_view"):
+                base = index if kind == "result_view" else view_inputs
+                view_inputs += kind == "input_view"
+                where.append(-1 - len(views))  # placed once the sources' length is known
+                views.append((base, value[0], stride, value[1]))
+            elif kind == "empty":
+                where.append(-1 - len(views))
+                views.append((-1, value, dtype, 0))
+            elif kind == "result":
                 where.append(index)
                 if canonical_dtype(dtype) != dtype:
                     converts[index] = dtype
@@ -93,7 +107,9 @@ class _OutputPlan:
         self.converts = list(converts.items())
         self.restrides = list(restrides.items())
         self.scatter = gather(scatter) if num_saved else None
-        self.outputs = gather(where)
+        self.views = views
+        views_at = token_at + (1 if num_saved else 0)
+        self.outputs = gather([w if w >= 0 else views_at - 1 - w for w in where])
 
     def assemble(self, results: list[Any], inputs: list[Any]) -> list[Any]:
         """The graph's outputs from the executor's ``results`` (a fresh list, edited in place)."""
@@ -108,6 +124,12 @@ class _OutputPlan:
         src = results + inputs + self.tail
         if self.scatter is not None:
             src.append(token_holding(list(self.scatter(src))))
+        for base, size, stride, offset in self.views:
+            if base < 0:  # "empty": ``stride`` is the dtype
+                src.append(torch.empty(size, dtype=stride))
+                continue
+            b = src[base]
+            src.append(b.as_strided(size, stride, b.storage_offset() + offset))
         return list(self.outputs(src))
 
 
@@ -224,7 +246,10 @@ class CompiledGraph:
         # Parameters' XLA aliases between calls (see XlaCpuExecutable); per graph, not per
         # executable, because executables are shared by identical graphs of different models.
         self._param_slots: list[Any] = [None] * len(lowered.inputs)
-        self._passthrough = [o.index for o in lowered.outputs if o.kind == "input"]
+        # Inputs handed back: returned as they are, then those some output is a view of.
+        self._passthrough = [o.index for o in lowered.outputs if o.kind == "input"] + [
+            o.index for o in lowered.outputs if o.kind == "input_view"
+        ]
         self._passthrough_args = gather(self._passthrough)
         # How outputs are rebuilt from the results, on every path.
         self._plain_out = _OutputPlan(

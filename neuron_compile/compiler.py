@@ -48,7 +48,7 @@ from .errors import (
 )
 from .fallback import FallbackRunner, FallbackWarning, RegionCall
 from .lowering import lower_graph
-from .lowering.lower_graph import LoweredGraph
+from .lowering.lower_graph import USER_OUTPUTS, LoweredGraph
 from .metrics import GraphRecord
 from .partition import is_fully_supported, partition, split_reasons, summarize
 from .passes import pipeline_for, run_pipeline
@@ -427,7 +427,11 @@ def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:
 def fx_index_key(gm: fx.GraphModule, cfg: NeuronConfig) -> str | None:
     """The FX index key (cache/fx_index.py) of ``gm`` as AOTAutograd handed it over."""
     # Group names are per-process handles: the groups they stand for this time enter the key.
-    extra = {"sixty_four_bit": cfg.sixty_four_bit, "replica_groups": graph_replica_groups(gm)}
+    extra = {
+        "sixty_four_bit": cfg.sixty_four_bit,
+        "replica_groups": graph_replica_groups(gm),
+        "user_outputs": gm.meta.get(USER_OUTPUTS),  # which outputs may be views (OutputSpec)
+    }
     return index_key(gm, cfg.artifact, extra)
 
 

@@ -69,8 +69,19 @@ def _tokens_to_unlift(fw: fx.GraphModule) -> int:
 
 
 def partition_with_link(partition_fn: Any) -> Any:
-    """Wrap an AOTAutograd ``partition_fn`` to attach one ``SavedLink`` to both graphs."""
-    return partition_attaching(partition_fn, META_KEY, SavedLink)
+    """Wrap an AOTAutograd ``partition_fn`` to attach one ``SavedLink`` to both graphs, and say
+    which outputs the caller sees (``lower_graph.USER_OUTPUTS``): the forward's before its saved
+    activations; none of the backward's (gradients, accumulated by autograd)."""
+    from .lowering.lower_graph import USER_OUTPUTS
+
+    linked = partition_attaching(partition_fn, META_KEY, SavedLink)
+
+    def partition(joint: fx.GraphModule, joint_inputs: Any, **kw: Any):
+        fw, bw = linked(joint, joint_inputs, **kw)
+        fw.meta[USER_OUTPUTS], bw.meta[USER_OUTPUTS] = fw.meta[META_KEY].num_fwd_outputs, 0
+        return fw, bw
+
+    return partition
 
 
 _top_hooks = torch._C._autograd._top_saved_tensors_default_hooks

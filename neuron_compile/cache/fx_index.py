@@ -101,10 +101,15 @@ def dump_index(key: CacheKey, lowered: LoweredGraph) -> bytes | None:
     """The index entry's payload, or None when an output constant is not JSON."""
     outputs = []
     for o in lowered.outputs:
-        if not isinstance(o.value, _JSON_SCALARS):
+        value = o.value
+        if o.kind.endswith("_view"):
+            value = [list(o.value[0]), o.value[1]]
+        elif o.kind == "empty":
+            value = list(o.value)
+        elif not isinstance(value, _JSON_SCALARS):
             return None
         stride = list(o.stride) if o.stride is not None else None
-        outputs.append([o.kind, o.index, str(o.dtype) if o.dtype else None, o.value, stride])
+        outputs.append([o.kind, o.index, str(o.dtype) if o.dtype else None, value, stride])
     payload = {
         "graph_key": [list(p) for p in key.parts],
         "text": lowered.text,
@@ -123,6 +128,13 @@ def dump_index(key: CacheKey, lowered: LoweredGraph) -> bytes | None:
     return json.dumps(payload).encode()
 
 
+def _spec_value(kind: str, value: Any) -> Any:
+    """An output spec's value from JSON: a view's (size, offset), an empty output's shape."""
+    if kind.endswith("_view"):
+        return tuple(value[0]), int(value[1])
+    return tuple(value) if kind == "empty" else value
+
+
 def load_index(data: bytes) -> tuple[CacheKey, LoweredGraph]:
     """Inverse of ``dump_index`` (raises ValueError/KeyError/TypeError on a malformed entry).
 
@@ -136,7 +148,13 @@ def load_index(data: bytes) -> tuple[CacheKey, LoweredGraph]:
         for i, n, shape, dt, adt, attr in d["inputs"]
     ]
     outputs = [
-        OutputSpec(k, int(i), _dtype(dt), v, tuple(st) if st is not None else None)
+        OutputSpec(
+            k,
+            int(i),
+            _dtype(dt),
+            _spec_value(k, v),
+            tuple(st) if st is not None else None,
+        )
         for k, i, dt, v, st in d["outputs"]
     ]
     # The collectives decide where the module runs (the distributed client, one replica per

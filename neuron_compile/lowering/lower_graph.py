@@ -96,14 +96,24 @@ class InputSpec:
     attr: str | None = None
 
 
+#: ``GraphModule.meta`` key: how many leading outputs the caller sees as they are (a forward's
+#: user outputs, before its saved activations); absent: all of them. Among those, an output that
+#: eager returns as a view of another output or of an input is returned as that view.
+USER_OUTPUTS = "neuron_user_outputs"
+
+
 @dataclass(frozen=True)
 class OutputSpec:
-    """How graph output ``i`` is produced: ``kind`` is result | input | none | const."""
+    """How graph output ``i`` is produced: ``kind`` is result | input | none | const, empty (a
+    fresh torch tensor of shape ``value`` with no elements), or result_view | input_view: a view of the output-producing result ``index`` (or of graph input
+    ``index``) with ``value = (size, storage offset from the base's)`` and strides ``stride``,
+    so that outputs eager returns aliased stay aliased (an in-place edit of one shows in the
+    other). Their own result is still computed: the module does not depend on the aliasing."""
 
     kind: str
     index: int = -1  # result index into @main's results, or graph-input index
     dtype: torch.dtype | None = None  # the dtype the caller expects (results only)
-    value: Any = None  # kind == "const"
+    value: Any = None  # kind == "const"; (size, offset) for views
     #: Eager's strides of a result when they are not its shape's contiguous ones (a permuted
     #: input's layout kept by elementwise ops, channels_last): the caller gets them, or the next
     #: compiled frame's stride guards fail and Dynamo recompiles it.
@@ -323,7 +333,9 @@ def lower_graph(
                 seed = emitter.args[module.rng_arg_index]
                 spec = InputSpec(RNG_SEED, "rng_seed", seed.shape, seed.dtype, seed.dtype)
                 inputs.insert(module.rng_arg_index, spec)
-            outputs, results = _plan_outputs(node, env, placeholder_index)
+            outputs, results = _plan_outputs(
+                node, env, placeholder_index, gm.meta.get(USER_OUTPUTS)
+            )
             text = emitter.module_text(results, func_name, _module_attributes(module))
             return LoweredGraph(text, inputs, outputs, len(results), downcasts, emitter, module)
         else:
@@ -349,19 +361,50 @@ def _layout(val: torch.Tensor) -> tuple[int, ...] | None:
     return None if val.is_contiguous() else tuple(stride)
 
 
+def _storage(val: Any) -> Any:
+    """A key for ``val``'s storage (views share it), or None for a non-tensor or no storage."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+        return None
+    return StorageWeakRef(val.untyped_storage())
+
+
+def _as_view(val: torch.Tensor, base: tuple[str, int, torch.Tensor] | None) -> OutputSpec | None:
+    """``val`` as a view of ``base`` (kind, index, base value), if eager's ``val`` is one."""
+    if base is None or base[2].dtype != val.dtype:
+        return None  # a dtype-changing view (x.view(torch.int32)) cannot be rebuilt by as_strided
+    kind, index, base_val = base
+    offset = val.storage_offset() - base_val.storage_offset()
+    geometry = (*val.shape, *val.stride(), offset)
+    if not all(isinstance(v, int) for v in geometry):
+        return None
+    return OutputSpec(f"{kind}_view", index, val.dtype, (tuple(val.shape), offset), val.stride())
+
+
 def _plan_outputs(
-    node: fx.Node, env: dict[fx.Node, Any], placeholder_index: dict[fx.Node, int]
+    node: fx.Node,
+    env: dict[fx.Node, Any],
+    placeholder_index: dict[fx.Node, int],
+    user_outputs: int | None = None,
 ) -> tuple[list[OutputSpec], list[Value]]:
     (outs,) = node.args
     flat = list(outs) if isinstance(outs, (tuple, list)) else [outs]
     specs: list[OutputSpec] = []
     results: list[Value] = []
+    # Storages the caller's outputs may view: the graph's inputs, then each user output that is
+    # a fresh tensor (not itself a view, so its result spans the whole storage).
+    bases: dict[Any, tuple[str, int, torch.Tensor]] = {}
+    for ph, index in placeholder_index.items():
+        if (key := _storage(ph.meta.get("val"))) is not None:
+            bases.setdefault(key, ("input", index, ph.meta["val"]))
+    n_user = len(flat) if user_outputs is None else user_outputs
     # A node returned twice (AOTAutograd returns an output that backward also needs both as a
     # user output and as a saved tensor) is one result: both slots then get the same tensor, so
     # an in-place edit of the output bumps the saved tensor's version and autograd objects, as
     # in eager; two copies would silently differentiate the stale value.
     result_of: dict[fx.Node, int] = {}
-    for out in flat:
+    for pos, out in enumerate(flat):
         if out is None:
             specs.append(OutputSpec("none"))
         elif isinstance(out, fx.Node) and out.op == "placeholder":
@@ -375,7 +418,22 @@ def _plan_outputs(
             if out not in result_of:
                 result_of[out] = len(results)
                 results.append(env[out])
-            specs.append(OutputSpec("result", result_of[out], val.dtype, stride=_layout(val)))
+            key = _storage(val) if pos < n_user else None
+            base = bases.get(key) if key is not None else None
+            if base is not None and base[:2] == ("result", result_of[out]):
+                base = None  # the same node returned twice: the same tensor in both slots
+            if (view := _as_view(val, base)) is not None:
+                specs.append(view)
+                continue
+            if pos < n_user and isinstance(val.numel(), int) and val.numel() == 0:
+                # A fresh torch tensor per call: executor buffers cannot be resized, and an
+                # empty tensor is mostly made to be (``out=``) after the frame.
+                specs.append(OutputSpec("empty", -1, val.dtype, tuple(val.shape)))
+                continue
+            layout = _layout(val)
+            if key is not None and not val._is_view() and (layout or val.is_contiguous()):
+                bases.setdefault(key, ("result", result_of[out], val))
+            specs.append(OutputSpec("result", result_of[out], val.dtype, stride=layout))
         else:
             specs.append(OutputSpec("const", value=out))
     return specs, results
