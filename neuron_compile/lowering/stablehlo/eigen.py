@@ -29,7 +29,8 @@ from ..context import LoweringContext
 from ..emit import TensorType, Value
 from ..registry import lowering
 from ..rules import INDEX, float32_only
-from .linalg import square_float32
+from .linalg import broadcast_leading, square_float32
+from .qr import geqrf, householder_product
 
 aten = torch.ops.aten
 _MAX_SWEEPS = 15
@@ -278,12 +279,20 @@ def svd(ctx: LoweringContext, a: Value) -> tuple[Value, Value, Value]:
     av, v = _jacobi(ctx, a, one_sided=True)
     s = e.unary("sqrt", e.reduce_simple(e.binary("multiply", av, av), 0.0, [av.rank - 2], "add"))
     s, (av, v) = _sort_with_columns(ctx, s, [av, v], descending=True)
-    # U = A V / s; a zero singular value leaves a zero column (its U column is arbitrary)
-    safe = e.select(e.compare(s, ctx.full_like(0.0, s), "GT"), s, ctx.full_like(1.0, s))
-    u = e.binary(
-        "divide", av, e.broadcast_in_dim(safe, av.shape, [*range(av.rank - 2), av.rank - 1])
-    )
-    return u, s, v
+    columns = [*range(av.rank - 2), av.rank - 1]
+    # U = A V / s where s is above rounding (eps * max(m, n) * the largest s: below it A V's
+    # column is rounding noise). Each other column of U is any unit vector orthogonal to the rest,
+    # as LAPACK's is: that column of the Householder QR of U, whose Q keeps the kept columns' span.
+    top = e.reduce_simple(s, 0.0, [s.rank - 1], "maximum")
+    tol = e.binary("multiply", top, ctx.full_like(max(m, n) * torch.finfo(torch.float32).eps, top))
+    kept = e.compare(s, broadcast_leading(ctx, tol, s.shape), "GT")
+    safe = e.select(kept, s, ctx.full_like(1.0, s))
+    kept_columns = e.broadcast_in_dim(kept, av.shape, columns)
+    u = e.binary("divide", av, e.broadcast_in_dim(safe, av.shape, columns))
+    u = e.select(kept_columns, u, ctx.full_like(0.0, u))
+    packed, tau = geqrf(ctx, u)
+    completed = householder_product(ctx, packed, tau, u.shape[-1])
+    return e.select(kept_columns, u, completed), s, v
 
 
 @lowering(aten._linalg_svd.default, supports=_svd_support)
