@@ -76,18 +76,23 @@ def _lower_bmm(ctx: LoweringContext, a: Value, b: Value) -> Value:
     return ctx.emit.convert(matmul(ctx, a, b, batched=True), ctx.out_dtype)
 
 
+def _skips_product(ctx: LoweringContext, product: Value, alpha: float, dtype: torch.dtype) -> Value:
+    """``product``, or zeros where eager's GEMM skips it: float32/float64 ``addmm``, ``addmv``
+    and ``addbmm`` with ``alpha == 0`` never read the matrices, so NaN or inf in them does not
+    reach the result (``baddbmm`` and half-precision products do propagate it, as here)."""
+    if alpha == 0 and dtype in (torch.float32, torch.float64):
+        return ctx.full_like(0, product)
+    return product
+
+
 @lowering(aten.addmm.default, aten.baddbmm.default, supports=floats_and_ints)
 def _lower_addmm(
     ctx: LoweringContext, bias: Value, a: Value, b: Value, beta: float = 1, alpha: float = 1
 ) -> Value:
     product = _scaled(ctx, matmul(ctx, a, b, batched=a.rank == 3), alpha)
-    if beta == 0:  # torch ignores bias (even NaN/inf) when beta == 0
-        return ctx.emit.convert(product, ctx.out_dtype)
-    (bias,) = ctx.promote(bias, dtype=product.dtype)
-    total = ctx.emit.binary(
-        "add", product, ctx.broadcast_to(_scaled(ctx, bias, beta), product.shape)
-    )
-    return ctx.emit.convert(total, ctx.out_dtype)
+    if a.rank == 2:  # addmm
+        product = _skips_product(ctx, product, alpha, ctx.out_val.dtype)
+    return _add_bias(ctx, product, bias, beta)
 
 
 @lowering(aten.addmv.default, supports=floats_and_ints)
@@ -97,7 +102,7 @@ def _lower_addmv(
     """``beta * bias + alpha * (mat @ vec)``, accumulated in the compute dtype."""
     acc = ctx.compute_dtype(mat.dtype)
     product = _scaled(ctx, ctx.emit.dot_general(mat, vec, ((1,), (0,)), out_dtype=acc), alpha)
-    return _add_bias(ctx, product, bias, beta)
+    return _add_bias(ctx, _skips_product(ctx, product, alpha, ctx.out_val.dtype), bias, beta)
 
 
 @lowering(aten.addbmm.default, supports=floats_and_ints)
@@ -108,7 +113,7 @@ def _lower_addbmm(
     together with the inner dim."""
     acc = ctx.compute_dtype(b1.dtype)
     product = _scaled(ctx, ctx.emit.dot_general(b1, b2, ((0, 2), (0, 1)), out_dtype=acc), alpha)
-    return _add_bias(ctx, product, bias, beta)
+    return _add_bias(ctx, _skips_product(ctx, product, alpha, ctx.out_val.dtype), bias, beta)
 
 
 def _add_bias(ctx: LoweringContext, product: Value, bias: Value, beta: float) -> Value:
