@@ -29,6 +29,8 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from .lowering.lower_graph import USER_OUTPUTS
+
 META_KEY = "neuron_saved"
 
 
@@ -72,8 +74,6 @@ def partition_with_link(partition_fn: Any) -> Any:
     """Wrap an AOTAutograd ``partition_fn`` to attach one ``SavedLink`` to both graphs, and say
     which outputs the caller sees (``lower_graph.USER_OUTPUTS``): the forward's before its saved
     activations; none of the backward's (gradients, accumulated by autograd)."""
-    from .lowering.lower_graph import USER_OUTPUTS
-
     linked = partition_attaching(partition_fn, META_KEY, SavedLink)
 
     def partition(joint: fx.GraphModule, joint_inputs: Any, **kw: Any):

@@ -105,10 +105,11 @@ USER_OUTPUTS = "neuron_user_outputs"
 @dataclass(frozen=True)
 class OutputSpec:
     """How graph output ``i`` is produced: ``kind`` is result | input | none | const, empty (a
-    fresh torch tensor of shape ``value`` with no elements), or result_view | input_view: a view of the output-producing result ``index`` (or of graph input
-    ``index``) with ``value = (size, storage offset from the base's)`` and strides ``stride``,
-    so that outputs eager returns aliased stay aliased (an in-place edit of one shows in the
-    other). Their own result is still computed: the module does not depend on the aliasing."""
+    fresh torch tensor of shape ``value`` with no elements), or result_view | input_view: a view
+    of result ``index`` (or of graph input ``index``) with ``value = (size, storage offset from
+    the base's)`` and strides ``stride``, so that outputs eager returns aliased stay aliased (an
+    in-place edit of one shows in the other). Their own result is still computed: the module
+    does not depend on the aliasing."""
 
     kind: str
     index: int = -1  # result index into @main's results, or graph-input index
