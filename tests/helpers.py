@@ -117,6 +117,19 @@ AOT_COUNTERS = ("hit", "miss", "saved", "bypass")
 CACHE_READS = ("memory", "disk", "remote")
 
 
+def index_roundtrip(lowered: Any) -> Any:
+    """``lowered`` written to an FX index entry and read back (cache/fx_index.py)."""
+    from neuron_compile.cache.fx_index import dump_index, load_index
+    from neuron_compile.cache.key import graph_key
+
+    key = graph_key(
+        lowered.text,
+        io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
+        artifact_form="portable",
+    )
+    return load_index(dump_index(key, lowered))[1]
+
+
 def cache_env(root: Path) -> dict[str, str]:
     """Environment of a cold or warm child process: both caches under ``root``, set explicitly
     (tests/conftest.py gives the parent fresh per-test directories, which children must not

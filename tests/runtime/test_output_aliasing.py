@@ -10,19 +10,10 @@ input came back as another row of it.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import torch
 
-from neuron_compile.cache.fx_index import dump_index, load_index
-from neuron_compile.cache.key import graph_key
 from neuron_compile.lowering.lower_graph import lower_graph
-from tests.helpers import trace_aten
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import index_roundtrip, run_child, trace_aten
 
 
 def _both(f, *make_args):
@@ -112,44 +103,27 @@ def test_the_fx_index_carries_view_outputs():
     lowered = lower_graph(gm)
     assert [o.kind for o in lowered.outputs] == ["result", "result_view", "result_view"]
     assert lowered.outputs[2].value == ((3,), 3) and lowered.num_results == 3  # module unchanged
-    key = graph_key(
-        lowered.text,
-        io_specs=[[vars(s) for s in lowered.inputs], [vars(o) for o in lowered.outputs]],
-        artifact_form="portable",
-    )
-    _, loaded = load_index(dump_index(key, lowered))
-    assert loaded.outputs == lowered.outputs
+    assert index_roundtrip(lowered).outputs == lowered.outputs
 
 
 _SCRIPT = """
-import torch
+import json, torch
 def f(x):
     y = x + 1
     return y, y.t(), y[1]
 y, yt, row = torch.compile(f, backend="neuron")(torch.arange(9.0).view(3, 3))
 y.mul_(10)
-print(row.tolist(), yt.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())
+print(json.dumps([row.tolist(), yt.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()]))
 """
 
 
 def test_views_survive_a_warm_start(tmp_path):
     """Cold, then warm from the on-disk cache (FX index and AOTAutogradCache), in fresh
     processes: the same aliasing."""
-    env = {
-        **os.environ,
-        "NEURON_COMPILE_CACHE_DIR": str(tmp_path / "neuron"),
-        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "torch"),
-        "PYTHONPATH": str(ROOT),
-    }
-    printed = []
-    for _ in range(2):
-        proc = subprocess.run(
-            [sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert proc.returncode == 0, proc.stderr[-4000:]
-        printed.append(proc.stdout.strip())
-    assert printed == ["[40.0, 50.0, 60.0] True"] * 2
-    assert any((tmp_path / "neuron").rglob("*")), "nothing was cached: not a warm start"
+    cold, _ = run_child(_SCRIPT, tmp_path)
+    assert any((tmp_path / "neuron").rglob("*")), "nothing was cached: not a warm start next"
+    warm, _ = run_child(_SCRIPT, tmp_path)
+    assert cold == warm == [[40.0, 50.0, 60.0], True]
 
 
 def _empty_then_out(x):
