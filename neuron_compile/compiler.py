@@ -53,7 +53,7 @@ from .metrics import GraphRecord
 from .partition import is_fully_supported, partition, split_reasons, summarize
 from .passes import pipeline_for, run_pipeline
 from .runtime.xla_cpu import XlaCpuExecutable
-from .saved import META_KEY
+from .saved import META_KEY, POOL_INDICES
 from .targets import CompileJob, get_target
 from .warn_once import NeuronCompileWarning, once_set, warn, warn_once
 
@@ -431,6 +431,7 @@ def fx_index_key(gm: fx.GraphModule, cfg: NeuronConfig) -> str | None:
         "sixty_four_bit": cfg.sixty_four_bit,
         "replica_groups": graph_replica_groups(gm),
         "user_outputs": gm.meta.get(USER_OUTPUTS),  # which outputs may be views (OutputSpec)
+        "pool_indices": gm.meta.get(POOL_INDICES),  # inputs known to be a max pool's indices
     }
     return index_key(gm, cfg.artifact, extra)
 

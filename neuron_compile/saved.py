@@ -22,6 +22,7 @@ check as in eager.
 
 from __future__ import annotations
 
+import operator
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,8 +31,19 @@ import torch
 import torch.fx as fx
 
 from .lowering.lower_graph import USER_OUTPUTS
+from .lowering.rules import arg
 
 META_KEY = "neuron_saved"
+
+#: ``GraphModule.meta`` key of a backward graph: ``{placeholder name: PoolCall}`` for each saved
+#: index tensor of a max pool, ``getitem(max_pool*d_with_indices(x, ...), 1)`` in the forward.
+#: Indices from there point inside their own windows, which a backward rule may rely on
+#: (cpu/pooling.py); indices from anywhere else may point anywhere in their plane.
+POOL_INDICES = "neuron_pool_indices"
+_MAX_POOLS = (
+    torch.ops.aten.max_pool2d_with_indices.default,
+    torch.ops.aten.max_pool3d_with_indices.default,
+)
 
 
 @dataclass
@@ -79,9 +91,54 @@ def partition_with_link(partition_fn: Any) -> Any:
     def partition(joint: fx.GraphModule, joint_inputs: Any, **kw: Any):
         fw, bw = linked(joint, joint_inputs, **kw)
         fw.meta[USER_OUTPUTS], bw.meta[USER_OUTPUTS] = fw.meta[META_KEY].num_fwd_outputs, 0
+        bw.meta[POOL_INDICES] = saved_pool_indices(fw, bw)
         return fw, bw
 
     return partition
+
+
+#: A max pool's call: (op, input shape, kernel_size, stride, padding, dilation, ceil_mode), as the
+#: op received them (before torch's defaults and one-value-for-all-dims expansion).
+PoolCall = tuple[str, tuple[int, ...], Any, Any, Any, Any, bool]
+
+
+def pool_call(pool: fx.Node) -> PoolCall:
+    """The ``PoolCall`` of a ``max_pool*d_with_indices`` node."""
+    x = pool.args[0].meta["val"]
+    return (
+        str(pool.target),
+        tuple(int(d) for d in x.shape),
+        plain_ints(arg(pool, 1, "kernel_size")),
+        plain_ints(arg(pool, 2, "stride", ())),
+        plain_ints(arg(pool, 3, "padding", 0)),
+        plain_ints(arg(pool, 4, "dilation", 1)),
+        bool(arg(pool, 5, "ceil_mode", False)),
+    )
+
+
+def plain_ints(value: Any) -> Any:
+    """An int, or a list of ints as a tuple (hashable, and JSON-able into the FX index key)."""
+    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else int(value)
+
+
+def max_pool_of_indices(node: Any) -> fx.Node | None:
+    """The max pool whose indices ``node`` is (``getitem(max_pool*d_with_indices(...), 1)``)."""
+    if isinstance(node, fx.Node) and node.target is operator.getitem and node.args[1] == 1:
+        pool = node.args[0]
+        return pool if isinstance(pool, fx.Node) and pool.target in _MAX_POOLS else None
+    return None
+
+
+def saved_pool_indices(fw: fx.GraphModule, bw: fx.GraphModule) -> dict[str, PoolCall]:
+    """``bw.meta[POOL_INDICES]``: the backward's inputs that are a forward max pool's indices.
+    A saved value keeps its joint-graph name in both graphs (as in ``saved_views``)."""
+    inputs = {p.name for p in bw.graph.find_nodes(op="placeholder")}
+    saved = {}
+    for node in fw.graph.find_nodes(op="call_function", target=operator.getitem):
+        pool = max_pool_of_indices(node)
+        if pool is not None and node.name in inputs:
+            saved[node.name] = pool_call(pool)
+    return saved
 
 
 _top_hooks = torch._C._autograd._top_saved_tensors_default_hooks

@@ -173,4 +173,9 @@ def test_ops_lists_the_trainium_kernel_forms():
     assert {str(op) for op in NEURON_CALLS} | flash <= kernels
     assert trn2["aten.addmm.default"] == "reference"
     own = {op for op, form in _ops("cpu")["forms"].items() if form != "reference"}
-    assert own == {"aten.convolution.default", "aten.convolution_backward.default"}
+    assert own == {
+        "aten.convolution.default",
+        "aten.convolution_backward.default",
+        "aten.max_pool2d_with_indices_backward.default",
+        "aten.max_pool3d_with_indices_backward.default",
+    }

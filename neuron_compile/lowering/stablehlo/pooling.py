@@ -36,7 +36,7 @@ from ..rules import FLOATS, exact_divide, floats, floats_and_ints, minmax_init
 aten = torch.ops.aten
 
 
-def _pair(value: Sequence[int] | int | None, default: Sequence[int], n: int = 2) -> list[int]:
+def pool_dims(value: Sequence[int] | int | None, default: Sequence[int], n: int = 2) -> list[int]:
     """torch's ``_pair`` / ``_triple``: one value for every one of the ``n`` spatial dims."""
     if value is None or (not isinstance(value, int) and len(value) == 0):
         return list(default)
@@ -129,11 +129,11 @@ def max_pool_window(
     """(kernel, stride, dilation) over the pooled dims of ``ctx.node`` (a max pool with indices),
     and the (low, high) padding of every dim of ``x`` that yields exactly its output's windows."""
     n = _spatial(ctx.node)
-    kernel = _pair(kernel_size, (), n)
+    kernel = pool_dims(kernel_size, (), n)
     stride, padding, dilation = (
-        _pair(stride, kernel, n),
-        _pair(padding, [0] * n, n),
-        _pair(dilation, [1] * n, n),
+        pool_dims(stride, kernel, n),
+        pool_dims(padding, [0] * n, n),
+        pool_dims(dilation, [1] * n, n),
     )
     pads = _padding(x, ctx.out_type(0).shape[-n:], kernel, stride, padding, dilation)
     return kernel, stride, dilation, pads
@@ -273,8 +273,8 @@ def _lower_avg_pool(
 ) -> Value:
     e = ctx.emit
     n = _spatial(ctx.node)
-    kernel = _pair(kernel_size, (), n)
-    stride, padding = _pair(stride, kernel, n), _pair(padding, [0] * n, n)
+    kernel = pool_dims(kernel_size, (), n)
+    stride, padding = pool_dims(stride, kernel, n), pool_dims(padding, [0] * n, n)
     out = ctx.out_type()
     acc = ctx.compute_dtype(x.dtype)
     window, strides, _ = _window(x, kernel, stride, [1] * n)
@@ -335,8 +335,8 @@ def _lower_avg_pool_backward(
 ) -> Value:
     e = ctx.emit
     n = _spatial(ctx.node)
-    kernel = _pair(kernel_size, (), n)
-    stride, padding = _pair(stride, kernel, n), _pair(padding, [0] * n, n)
+    kernel = pool_dims(kernel_size, (), n)
+    stride, padding = pool_dims(stride, kernel, n), pool_dims(padding, [0] * n, n)
     acc = ctx.compute_dtype(grad_out.dtype)
     g = e.convert(grad_out, acc)
     div = _divisors(
