@@ -10,7 +10,8 @@ depthwise 3x3), and a grouped kernel gradient (``batch_group_count``) into somet
 still (200x eager for ``groups=8``; docs/benchmarks.md). These forms compute the same sums
 from the ``K`` kernel taps (``K`` = kernel elements), each a strided slice of the padded input:
 
-* few products per output (``C/G * K`` at most ``ELEMENTWISE_TERMS``; depthwise always):
+* few products per output (``C/G * K`` at most ``ELEMENTWISE_TERMS``, for a kernel gradient
+  ``KERNEL_GRADIENT_TERMS``; depthwise always):
   ``sum_{c,k} slice_k(x)[c] * w[:, c, k]``, elementwise, one loop XLA fuses;
 * other groups: the taps stacked into patches ``(N, G, C/G, K, *out)`` and one ``dot_general``
   batched over the groups (a GEMM per group, as eager's grouped kernels do);
@@ -174,10 +175,18 @@ def grouped_forward(
 #: concatenation and once transposed for the batched GEMM, and its train step ran at 2.8x eager.
 ELEMENTWISE_TERMS = 81
 
+#: The same bound for kernel gradients, whose elementwise form is one variadic reduce with a
+#: result per channel and tap: XLA CPU runs that reduce at ~2.5 GMAC/s, so beyond 40 results the
+#: patches and one batched GEMM win. ResNeXt's ``C/G`` = 8 (72 results): backward 26.3 -> 24.0 ms,
+#: compile 1.83 -> 1.60 s; conv_net's: 2.18 -> 1.65 ms. ``C/G`` = 4 (36) stays elementwise:
+#: patches there made ResNeXt's backward 8 % slower.
+KERNEL_GRADIENT_TERMS = 40
 
-def _elementwise(in_per_group: int, taps: int) -> bool:
-    """Whether a grouped convolution (and its kernel gradient) takes the elementwise form."""
-    return in_per_group == 1 or in_per_group * taps <= ELEMENTWISE_TERMS
+
+def _elementwise(in_per_group: int, taps: int, bound: int = ELEMENTWISE_TERMS) -> bool:
+    """Whether a grouped convolution (or, with ``KERNEL_GRADIENT_TERMS``, its kernel gradient)
+    takes the elementwise form."""
+    return in_per_group == 1 or in_per_group * taps <= bound
 
 
 #: Elementwise sums of more products than this are computed once (``_computed_once``); smaller
@@ -314,7 +323,7 @@ def cpu_grad_weight(
                    out_spatial)  # fmt: skip
     gg = e.reshape(g, [n, groups, out_ch // groups, *out_spatial])
     space = list(range(3, 3 + rank))
-    if _elementwise(in_per_group, len(slices)):
+    if _elementwise(in_per_group, len(slices), KERNEL_GRADIENT_TERMS):
         # per channel and tap, a product reduced over batch and space, all in one reduce
         products = [
             e.binary("multiply", e.broadcast_in_dim(xc, gg.shape, [0, 1, *space]), gg)

@@ -152,3 +152,30 @@ def test_large_depthwise_sums_are_computed_once(
     monkeypatch.setattr(lowering, "RECOMPUTED_TERMS", 49)
     _, recomputed_hlo = _depthwise_then_norm(tmp_path / "recomputed")
     assert _products(once_hlo) < 49 * 2 <= _products(recomputed_hlo)
+
+
+@pytest.mark.parametrize("groups, reduce_results, products", [(4, 36, 0), (2, None, 1)])
+def test_kernel_gradient_form_follows_its_own_bound(
+    tmp_path: Path, groups: int, reduce_results: int | None, products: int
+) -> None:
+    """A 3x3 kernel gradient over ``C/G`` = 4 channels (36 products per result) is one variadic
+    reduce; over ``C/G`` = 8 (72 > ``KERNEL_GRADIENT_TERMS``) it is patches and one batched
+    ``dot_general``, while its forward and input gradient (72 <= ``ELEMENTWISE_TERMS``) stay
+    elementwise. Both match eager."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(16, 16, 3, padding=1, groups=groups)
+    x = torch.randn(2, 16, 6, 6)
+    expected = _grads(conv, x, conv)
+    torch._dynamo.reset()
+    options = {"dump_dir": str(tmp_path)}
+    actual = _grads(conv, x, torch.compile(conv, backend="neuron", options=options))
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-5, atol=1e-5)
+    for a, e in zip(actual[1], expected[1], strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+    (forward,) = tmp_path.rglob("*forward*/module.stablehlo.mlir")
+    (backward,) = tmp_path.rglob("*backward*/module.stablehlo.mlir")
+    assert "stablehlo.dot_general" not in forward.read_text()
+    text = backward.read_text()
+    assert text.count("stablehlo.dot_general") == products
+    results = [int(n or 1) for n in re.findall(r"%\S+?(?::(\d+))? = stablehlo\.reduce\(", text)]
+    assert (reduce_results in results) if reduce_results else max(results, default=1) < 36
