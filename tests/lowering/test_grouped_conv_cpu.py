@@ -21,6 +21,12 @@ CASES = {
     "groups2_1d": (nn.Conv1d, 6, 4, 5, 2, 1, 1, 2, (17,)),
     "groups3_3d": (nn.Conv3d, 6, 3, 3, 1, 1, 1, 3, (5, 6, 5)),
     "groups2_wide": (nn.Conv2d, 40, 20, 3, 1, 1, 1, 2, (6, 6)),  # 20 x 9 products: patches
+    # strided: odd sizes, a kernel smaller than the stride, 3-D, 1-D depthwise
+    "groups2_stride2_odd": (nn.Conv2d, 16, 32, 3, 2, 1, 1, 2, (9, 7)),
+    "groups2_k1_stride2": (nn.Conv2d, 4, 4, 1, 2, 0, 1, 2, (7, 6)),
+    "groups2_k4_stride3_pad2": (nn.Conv2d, 4, 6, 4, 3, 2, 1, 2, (11, 10)),
+    "groups3_3d_stride2": (nn.Conv3d, 6, 6, 3, 2, 1, 1, 3, (5, 6, 7)),
+    "depthwise_1d_k5_stride2": (nn.Conv1d, 4, 4, 5, 2, 0, 1, 4, (12,)),
 }
 
 
