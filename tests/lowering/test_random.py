@@ -75,6 +75,25 @@ def test_dropout_training_forward_and_backward_are_consistent():
     torch.testing.assert_close(x.grad, kept.float() / (1 - p))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropped_elements_are_x_times_zero_like_eager(dtype: torch.dtype) -> None:
+    """Eager computes ``x * mask * scale``: a dropped -1 is -0.0 and a dropped inf or NaN is NaN
+    (a select of 0 gave +0.0 for all of them); p = 1 drops everything that way."""
+    x = torch.tensor([-1.0, float("inf"), float("nan"), 2.0], dtype=dtype).repeat(200)
+    y = _compiled(lambda t: F.dropout(t, 0.5, training=True))(x)
+    negative, infinite, nan = y[0::4], y[1::4], y[2::4]
+    assert bool(((negative == -2.0) | ((negative == 0) & torch.signbit(negative))).all())
+    assert 0 < int(infinite.isnan().sum()) < 200
+    assert bool((infinite.isnan() | (infinite == float("inf"))).all())
+    assert bool(nan.isnan().all())
+    everything = x[:4]
+    for run in (_compiled(lambda t: F.dropout(t, 1.0, training=True)), lambda t: F.dropout(t, 1.0)):
+        out = run(everything)
+        assert out.dtype == dtype
+        assert torch.equal(torch.signbit(out[[0, 3]]), torch.tensor([True, False]))
+        assert bool(out[1:3].isnan().all()) and bool((out[[0, 3]] == 0).all())
+
+
 def test_dropout_eval_is_identity():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).eval()
     x = torch.randn(3, 4)

@@ -250,8 +250,12 @@ def _lower_native_dropout(
     keep = e.compare(uniform(ctx, x.shape), e.full(p, x.shape, torch.float32), "GE")
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
     compute = ctx.compute_dtype(x.dtype)
-    kept = e.select(keep, e.convert(x, compute), e.full(0, x.shape, compute))
-    out = e.binary("multiply", kept, e.full(scale, x.shape, compute))
+    # eager's x * mask * scale: a dropped element is x * 0, so -0.0 for a negative x and NaN for
+    # an infinite or NaN one (a select of 0 gave +0.0 for all). Not a product with the converted
+    # mask: XLA rewrites x * convert(mask) into that select.
+    xc = e.convert(x, compute)
+    dropped = e.binary("multiply", xc, e.full(0, x.shape, compute))
+    out = e.select(keep, e.binary("multiply", xc, e.full(scale, x.shape, compute)), dropped)
     return e.convert(out, x.dtype), keep
 
 
