@@ -32,10 +32,11 @@ import torch.fx as fx
 
 from .lowering.lower_graph import USER_OUTPUTS
 from .lowering.rules import arg
+from .lowering.stablehlo.pooling import pool_dims, pooled_dims
 
 META_KEY = "neuron_saved"
 
-#: ``GraphModule.meta`` key of a backward graph: ``{placeholder name: PoolCall}`` for each saved
+#: ``GraphModule.meta`` key of a backward graph: ``{placeholder name: PoolWindow}`` for each saved
 #: index tensor of a max pool, ``getitem(max_pool*d_with_indices(x, ...), 1)`` in the forward.
 #: Indices from there point inside their own windows, which a backward rule may rely on
 #: (cpu/pooling.py); indices from anywhere else may point anywhere in their plane.
@@ -97,28 +98,30 @@ def partition_with_link(partition_fn: Any) -> Any:
     return partition
 
 
-#: A max pool's call: (op, input shape, kernel_size, stride, padding, dilation, ceil_mode), as the
-#: op received them (before torch's defaults and one-value-for-all-dims expansion).
-PoolCall = tuple[str, tuple[int, ...], Any, Any, Any, Any, bool]
+#: A max pool's window as its op computes it: (op, input shape, kernel, stride, padding,
+#: dilation, ceil_mode), torch's defaults and one-value-for-all-dims expansion applied.
+PoolWindow = tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...],
+                   tuple[int, ...], bool]  # fmt: skip
 
 
-def pool_call(pool: fx.Node) -> PoolCall:
-    """The ``PoolCall`` of a ``max_pool*d_with_indices`` node."""
-    x = pool.args[0].meta["val"]
-    return (
-        str(pool.target),
-        tuple(int(d) for d in x.shape),
-        plain_ints(arg(pool, 1, "kernel_size")),
-        plain_ints(arg(pool, 2, "stride", ())),
-        plain_ints(arg(pool, 3, "padding", 0)),
-        plain_ints(arg(pool, 4, "dilation", 1)),
-        bool(arg(pool, 5, "ceil_mode", False)),
-    )
+def pool_window(
+    op: Any, x_shape: Any, n: int, kernel_size: Any, stride: Any, padding: Any, dilation: Any,
+    ceil_mode: Any,
+) -> PoolWindow:  # fmt: skip
+    """The ``PoolWindow`` of max pool ``op`` over the last ``n`` dims of an input of ``x_shape``."""
+    kernel = pool_dims(kernel_size, (), n)
+    return (str(op), tuple(int(d) for d in x_shape), tuple(kernel),
+            tuple(pool_dims(stride, kernel, n)), tuple(pool_dims(padding, [0] * n, n)),
+            tuple(pool_dims(dilation, [1] * n, n)), bool(ceil_mode))  # fmt: skip
 
 
-def plain_ints(value: Any) -> Any:
-    """An int, or a list of ints as a tuple (hashable, and JSON-able into the FX index key)."""
-    return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else int(value)
+def forward_pool_window(pool: fx.Node) -> PoolWindow:
+    """The ``PoolWindow`` of a ``max_pool*d_with_indices`` node."""
+    return pool_window(
+        pool.target, pool.args[0].meta["val"].shape, pooled_dims(pool), arg(pool, 1, "kernel_size"),
+        arg(pool, 2, "stride", ()), arg(pool, 3, "padding", 0), arg(pool, 4, "dilation", 1),
+        arg(pool, 5, "ceil_mode", False),
+    )  # fmt: skip
 
 
 def max_pool_of_indices(node: Any) -> fx.Node | None:
@@ -129,7 +132,7 @@ def max_pool_of_indices(node: Any) -> fx.Node | None:
     return None
 
 
-def saved_pool_indices(fw: fx.GraphModule, bw: fx.GraphModule) -> dict[str, PoolCall]:
+def saved_pool_indices(fw: fx.GraphModule, bw: fx.GraphModule) -> dict[str, PoolWindow]:
     """``bw.meta[POOL_INDICES]``: the backward's inputs that are a forward max pool's indices.
     A saved value keeps its joint-graph name in both graphs (as in ``saved_views``)."""
     inputs = {p.name for p in bw.graph.find_nodes(op="placeholder")}
@@ -137,7 +140,7 @@ def saved_pool_indices(fw: fx.GraphModule, bw: fx.GraphModule) -> dict[str, Pool
     for node in fw.graph.find_nodes(op="call_function", target=operator.getitem):
         pool = max_pool_of_indices(node)
         if pool is not None and node.name in inputs:
-            saved[node.name] = pool_call(pool)
+            saved[node.name] = forward_pool_window(pool)
     return saved
 
 

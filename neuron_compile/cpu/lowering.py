@@ -356,9 +356,13 @@ def _shared_grad_output(node: fx.Node) -> bool:
     )
 
 
+#: ``_cpu_form`` over convolution_backward's argument positions.
+_cpu_backward_form = _cpu_form(9, 7, 2, 4, 5, 6)
+
+
 def _backward_form(node: fx.Node) -> str | None:
     """Support predicate of the cpu backward rule: the forms above, or a shared grad_output."""
-    reason = _cpu_form(9, 7, 2, 4, 5, 6)(node)
+    reason = _cpu_backward_form(node)
     if reason is None or _shared_grad_output(node):
         return None
     return reason
@@ -368,7 +372,7 @@ def _backward_form(node: fx.Node) -> str | None:
 def lower_grouped_convolution_backward(
     ctx: LoweringContext, grad_out: Value, *args: Any, **kwargs: Any
 ) -> tuple[Value | None, Value | None, Value | None]:
-    if _cpu_form(9, 7, 2, 4, 5, 6)(ctx.node) is not None:
+    if _cpu_backward_form(ctx.node) is not None:
         # The reference forms (library convolutions), which read grad_output in two layouts: XLA
         # CPU transposes it for the input gradient (NHWC) and for the kernel gradient (as the
         # kernel, HWNC), and fused the elementwise code that makes it (a BatchNorm's and a ReLU's

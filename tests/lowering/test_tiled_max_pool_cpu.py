@@ -144,6 +144,7 @@ def test_fx_index_key_tells_known_indices_apart() -> None:
     cfg = NeuronConfig()
     unknown = fx_index_key(gm, cfg)
     indices = [p.name for p in gm.graph.find_nodes(op="placeholder")][2]
-    call = (str(aten.max_pool2d_with_indices.default), (1, 1, 4, 4), (2, 2), (2, 2), 0, 1, False)
-    gm.meta[POOL_INDICES] = {indices: call}
+    window = (str(aten.max_pool2d_with_indices.default), (1, 1, 4, 4), (2, 2), (2, 2), (0, 0),
+              (1, 1), False)  # fmt: skip
+    gm.meta[POOL_INDICES] = {indices: window}
     assert fx_index_key(gm, cfg) != unknown

@@ -52,7 +52,7 @@ _POOL_3D = {
 }
 
 
-def _spatial(node: fx.Node) -> int:
+def pooled_dims(node: fx.Node) -> int:
     """Number of pooled (trailing) dims: 3 for the ``*3d`` ops, else 2."""
     return 3 if node.target in _POOL_3D else 2
 
@@ -128,7 +128,7 @@ def max_pool_window(
 ) -> tuple[list[int], list[int], list[int], list[tuple[int, int]]]:
     """(kernel, stride, dilation) over the pooled dims of ``ctx.node`` (a max pool with indices),
     and the (low, high) padding of every dim of ``x`` that yields exactly its output's windows."""
-    n = _spatial(ctx.node)
+    n = pooled_dims(ctx.node)
     kernel = pool_dims(kernel_size, (), n)
     stride, padding, dilation = (
         pool_dims(stride, kernel, n),
@@ -194,7 +194,7 @@ def _lower_max_pool_with_indices_backward(
     indices: Value,
 ) -> Value:
     """Scatter-add grad_output at the forward's indices (offset to a global flat position)."""
-    return scatter_at_indices(ctx, grad_out, x, indices, _spatial(ctx.node))
+    return scatter_at_indices(ctx, grad_out, x, indices, pooled_dims(ctx.node))
 
 
 def scatter_at_indices(
@@ -272,7 +272,7 @@ def _lower_avg_pool(
     divisor_override: int | None = None,
 ) -> Value:
     e = ctx.emit
-    n = _spatial(ctx.node)
+    n = pooled_dims(ctx.node)
     kernel = pool_dims(kernel_size, (), n)
     stride, padding = pool_dims(stride, kernel, n), pool_dims(padding, [0] * n, n)
     out = ctx.out_type()
@@ -334,7 +334,7 @@ def _lower_avg_pool_backward(
     divisor_override: int | None,
 ) -> Value:
     e = ctx.emit
-    n = _spatial(ctx.node)
+    n = pooled_dims(ctx.node)
     kernel = pool_dims(kernel_size, (), n)
     stride, padding = pool_dims(stride, kernel, n), pool_dims(padding, [0] * n, n)
     acc = ctx.compute_dtype(grad_out.dtype)
