@@ -317,6 +317,10 @@ class CompiledGraph:
             t = args[index]
         else:  # RNG_SEED: drawn from torch's default generator, so manual_seed reproduces runs
             t = torch.randint(-(2**31), 2**31 - 1, (4,), dtype=torch.int32)
+        if t.is_neg() or t.is_conj():
+            # A lazy view (``z.conj().imag`` from an eager op before this region): dlpack
+            # exports its storage, not the values it stands for.
+            t = t.resolve_conj().resolve_neg()
         if t.dtype != dtype:
             t = t.to(dtype)
         # No detach(): the executor's dlpack export ignores autograd metadata.

@@ -154,3 +154,49 @@ def test_int64_comparison_with_a_value_beyond_int32_runs_on_the_cpu():
     assert torch.equal(got, torch.tensor([True, False]))
     messages = [str(w.message) for w in caught if issubclass(w.category, FallbackWarning)]
     assert messages and "aten.eq.Scalar" in messages[0]
+
+
+def _eager_and_compiled(fn, *args):
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FallbackWarning)
+        return fn(*args), torch.compile(fn, backend="neuron")(*args)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda z: z.conj().imag * 1,  # _neg_view from the eager ops, read by a compiled region
+        lambda z: torch.imag(torch.conj(z)) + torch.real(z),
+        lambda z: torch.fft.ihfft(z.real).imag * 2,
+        lambda z: torch.view_as_real(z.conj().resolve_conj()) * 1,  # the clone resolves the bit
+    ],
+)
+def test_lazily_negated_or_conjugated_views_reach_compiled_regions_resolved(fn):
+    """Eager complex ops hand the next compiled region views with the neg or conj bit set; their
+    values are the resolved ones, not the storage dlpack would export (the sign was flipped)."""
+    z = torch.tensor([1 + 2j, 3 - 4j, -0.5 + 0j, 2 + 0.25j], dtype=torch.complex64)
+    expected, actual = _eager_and_compiled(fn, z)
+    torch.testing.assert_close(actual, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.complex64, torch.complex128, torch.float8_e4m3fn, torch.uint16]
+)
+def test_values_without_a_stablehlo_type_run_eagerly(dtype):
+    """Indexing (whose rules check only the index tensors) and every other op on a dtype XLA
+    cannot hold run on the CPU with eager's values: no rule is ever handed such a value."""
+    x = torch.arange(6, dtype=torch.float32).reshape(3, 2).to(dtype)
+    i = torch.tensor([2, 0])
+
+    def index_then_put(x, i):
+        y = x.clone()
+        if x.dtype != torch.uint16:  # eager has no index_put for uint16
+            y[i] = x[1]
+        return x[i], y
+
+    expected, actual = _eager_and_compiled(index_then_put, x, i)
+    for a, e in zip(actual, expected, strict=True):
+        assert a.dtype == e.dtype
+        assert torch.equal(a.view(torch.uint8), e.view(torch.uint8))
+    assert neuron_compile.get_fallback_ops()

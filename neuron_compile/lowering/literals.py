@@ -35,6 +35,12 @@ _NONFINITE_HEX = {
 }
 
 
+def has_element_type(dtype: torch.dtype) -> bool:
+    """Whether a value of ``dtype`` can live in a lowered graph (complex, float8 and uint16 can
+    not: ops on them run eagerly)."""
+    return dtype in _ELEMENT_TYPES
+
+
 def element_type(dtype: torch.dtype) -> str:
     try:
         return _ELEMENT_TYPES[dtype]

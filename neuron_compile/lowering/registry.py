@@ -20,6 +20,7 @@ import torch.fx as fx
 from torch._ops import OpOverload, OpOverloadPacket
 
 from ..errors import RegistryError
+from .literals import has_element_type
 
 Support = Callable[[fx.Node], "str | None"]
 Rule = Callable[..., Any]
@@ -112,6 +113,12 @@ def lookup(node: fx.Node, keys: Iterable[str] = ()) -> Lowering | str:
     if big is not None:  # the op runs on the CPU instead
         return (
             f"int64 value {big} does not fit int32, the type int64 runs as (the 64-bit policy); "
+            "the op runs eagerly on the CPU"
+        )
+    unrepresentable = sorted({str(d) for d in tensor_dtypes(node) if not has_element_type(d)})
+    if unrepresentable:  # no rule can take or make such a value: checked once, for every rule
+        return (
+            f"dtype {', '.join(unrepresentable)} has no StableHLO element type; "
             "the op runs eagerly on the CPU"
         )
     reasons = []
