@@ -160,17 +160,19 @@ def test_large_depthwise_sums_are_computed_once(
     assert _products(once_hlo) < 49 * 2 <= _products(recomputed_hlo)
 
 
-@pytest.mark.parametrize("groups, reduce_results, products", [(4, 36, 0), (2, None, 1)])
+@pytest.mark.parametrize(
+    "channels, groups, reduce_results, products", [(16, 4, 36, 0), (64, 8, None, 1)]
+)
 def test_kernel_gradient_form_follows_its_own_bound(
-    tmp_path: Path, groups: int, reduce_results: int | None, products: int
+    tmp_path: Path, channels: int, groups: int, reduce_results: int | None, products: int
 ) -> None:
     """A 3x3 kernel gradient over ``C/G`` = 4 channels (36 products per result) is one variadic
-    reduce; over ``C/G`` = 8 (72 > ``KERNEL_GRADIENT_TERMS``) it is patches and one batched
-    ``dot_general``, while its forward and input gradient (72 <= ``ELEMENTWISE_TERMS``) stay
-    elementwise. Both match eager."""
+    reduce; over ``C/G`` = 8 in 8 groups (72 > ``KERNEL_GRADIENT_TERMS``; too many groups for a
+    library convolution each) it is patches and one batched ``dot_general``, while its forward
+    and input gradient (72 <= ``ELEMENTWISE_TERMS``) stay elementwise. Both match eager."""
     torch.manual_seed(0)
-    conv = nn.Conv2d(16, 16, 3, padding=1, groups=groups)
-    x = torch.randn(2, 16, 6, 6)
+    conv = nn.Conv2d(channels, channels, 3, padding=1, groups=groups)
+    x = torch.randn(2, channels, 6, 6)
     expected = _grads(conv, x, conv)
     torch._dynamo.reset()
     options = {"dump_dir": str(tmp_path)}
@@ -185,3 +187,55 @@ def test_kernel_gradient_form_follows_its_own_bound(
     assert text.count("stablehlo.dot_general") == products
     results = [int(n or 1) for n in re.findall(r"%\S+?(?::(\d+))? = stablehlo\.reduce\(", text)]
     assert (reduce_results in results) if reduce_results else max(results, default=1) < 36
+
+
+def _convolutions(module: Path) -> list[int]:
+    """The ``feature_group_count`` of each ``stablehlo.convolution`` in a dumped module."""
+    text = module.read_text()
+    return [int(n) for n in re.findall(r"feature_group_count = (\d+)", text)]
+
+
+@pytest.mark.parametrize(
+    "conv, library",
+    [
+        (nn.Conv2d(16, 32, 3, stride=2, padding=1, groups=2), True),  # conv_net's: 8 per group
+        (nn.Conv2d(64, 64, 3, padding=1, groups=4), True),
+        (nn.Conv2d(64, 64, 3, padding=1, groups=8), False),  # too many groups
+        (nn.Conv2d(8, 8, 3, padding=1, groups=2), False),  # too few channels per group
+        (nn.Conv1d(32, 32, 3, padding=1, groups=2), False),  # 1-D: no faster library path
+    ],
+)
+def test_few_wide_groups_are_one_library_convolution_each(
+    tmp_path: Path, conv: nn.Module, library: bool
+) -> None:
+    """2-D convolutions with at most ``LIBRARY_GROUPS`` groups of at least ``LIBRARY_CHANNELS``
+    input channels run one ungrouped convolution per group for the forward and for each
+    gradient; the others keep the tap forms (no convolution at all). Values match eager."""
+    torch.manual_seed(0)
+    groups = conv.groups
+    x = torch.randn(3, conv.in_channels, *([9] * (conv.weight.dim() - 2)))
+    expected = _grads(conv, x, conv)
+    torch._dynamo.reset()
+    options = {"dump_dir": str(tmp_path)}
+    actual = _grads(conv, x, torch.compile(conv, backend="neuron", options=options))
+    torch.testing.assert_close(actual[0], expected[0], rtol=1e-5, atol=1e-5)
+    for a, e in zip(actual[1], expected[1], strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
+    (forward,) = tmp_path.rglob("*forward*/module.stablehlo.mlir")
+    (backward,) = tmp_path.rglob("*backward*/module.stablehlo.mlir")
+    assert _convolutions(forward) == ([1] * groups if library else [])
+    assert _convolutions(backward) == ([1] * 2 * groups if library else [])
+
+
+def test_library_per_group_in_bfloat16_rounds_once_like_eager() -> None:
+    torch.manual_seed(0)
+    model = nn.Conv2d(16, 16, 3, padding=1, groups=2).to(torch.bfloat16)
+    x = torch.randn(2, 16, 7, 7, dtype=torch.bfloat16)
+    expected = _grads(model, x, model)
+    torch._dynamo.reset()
+    actual = _grads(model, x, torch.compile(model, backend="neuron"))
+    assert actual[0].dtype == torch.bfloat16
+    torch.testing.assert_close(actual[0], expected[0], rtol=2e-2, atol=2e-2)
+    for a, e in zip(actual[1], expected[1], strict=True):
+        assert a.dtype == e.dtype
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=5e-2)
