@@ -87,6 +87,19 @@ def rank_constants(group: dist.ProcessGroup) -> Callable[..., list[torch.Tensor]
     return fn
 
 
+def no_rows(group: dist.ProcessGroup) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """Gathers and reduce-scatters of tensors with no rows (StableHLO rejects a zero-size
+    all_gather_dim / scatter dimension) between collectives that have rows."""
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = funcol.all_reduce(x, "sum", group)
+        g = funcol.all_gather_tensor(x[:0] + 1, 0, group)
+        rs = funcol.reduce_scatter_tensor(a[:0] * 2, "sum", 0, group)
+        return a, g, rs, funcol.all_gather_tensor(a + 1, 0, group)
+
+    return fn
+
+
 def saved_across_clients(group: dist.ProcessGroup) -> Callable[..., torch.Tensor]:
     """A forward with a collective whose backward has none: the saved activation, an array of
     the distributed client, feeds a graph on the local client."""
@@ -165,6 +178,8 @@ def main(case: str) -> None:
             found = _run(mesh_ops(custom), _ints(2 * size, 3))
             line["custom"] = {k: found[k] for k in ("equal", "fallback", "groups")}
             line["custom"]["log_warnings"] = []  # collected once, for the whole line
+        elif case == "no_rows":
+            line.update(_run(no_rows(dist.group.WORLD), _ints(2 * size, 3)))
         elif case == "constants":
             line.update(_run(rank_constants(dist.group.WORLD), torch.zeros(3)))
         elif case == "saved":

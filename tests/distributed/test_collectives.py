@@ -47,6 +47,23 @@ def test_collectives_of_each_ranks_own_constants_are_not_folded() -> None:
     _check(lines, outputs=8, graphs=1)
 
 
+def test_collectives_of_tensors_without_rows_run_eagerly_in_order() -> None:
+    """An all_gather or reduce_scatter of a tensor with no rows (which StableHLO rejects) runs
+    through c10d on the CPU, between the compiled collectives, with eager's empty results; its
+    ``wait_tensor`` runs there too (compiled, it was the identity and c10d never waited: the
+    launcher fails on c10d's "unwaited collective" warning)."""
+    lines = run_ranks(WORKER, ["no_rows"], 2)
+    for line in lines:
+        assert line["log_warnings"] == [], line
+        assert line["equal"] == [True] * 4, line
+        fallback = {
+            "_c10d_functional.all_gather_into_tensor.default": 1,
+            "_c10d_functional.reduce_scatter_tensor.default": 1,
+            "_c10d_functional.wait_tensor.default": 2,
+        }
+        assert line["fallback"] == [fallback], line
+
+
 def test_warm_cache_runs_the_stored_executables(tmp_path: Path) -> None:
     """Cold then warm, fresh processes sharing one cache: the warm ranks load the artifact and
     their own executables (the device assignment is in the executable's key) and still match."""

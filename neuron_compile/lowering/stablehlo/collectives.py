@@ -14,6 +14,8 @@ Collectives are never folded, reordered or dropped: the passes treat them as eff
 
 from __future__ import annotations
 
+import operator
+
 import torch
 import torch.distributed._functional_collectives  # noqa: F401  (registers _wrap_tensor_autograd)
 import torch.fx as fx
@@ -21,7 +23,7 @@ import torch.fx as fx
 from ... import collectives
 from ..context import CollectiveInfo, LoweringContext
 from ..emit import TensorType, Value
-from ..registry import lowering
+from ..registry import Lowering, Support, lookup, lowering
 
 c10d = torch.ops._c10d_functional
 c10d_autograd = torch.ops._c10d_functional_autograd
@@ -74,6 +76,21 @@ def _supports_reduction(op_index: int, group_index: int):
         return _groups_reason(node.args[group_index])
 
     return supports
+
+
+def _with_rows(supports: Support) -> Support:
+    """``supports``, and every input has rows: StableHLO rejects an ``all_gather`` or a
+    ``reduce_scatter`` over a zero-size dimension, where c10d exchanges the empty tensors."""
+
+    def check(node: fx.Node) -> str | None:
+        inputs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+        for x in inputs:
+            shape = x.meta["val"].shape
+            if len(shape) and shape[0] == 0:
+                return f"{node.target} of a tensor of shape {tuple(shape)} (no rows)"
+        return supports(node)
+
+    return check
 
 
 def _supports_all_to_all(node: fx.Node) -> str | None:
@@ -200,13 +217,13 @@ def _lower_all_reduce_coalesced(
 @lowering(
     c10d.all_gather_into_tensor.default,
     c10d_autograd.all_gather_into_tensor.default,
-    supports=_supports_group_at(2),
+    supports=_with_rows(_supports_group_at(2)),
 )
 def _lower_all_gather(ctx: LoweringContext, x: Value, group_size: int, group_name: object) -> Value:
     return _all_gather(ctx, x, group_size, group_name)
 
 
-@lowering(c10d.all_gather_into_tensor_coalesced.default, supports=_supports_group_at(2))
+@lowering(c10d.all_gather_into_tensor_coalesced.default, supports=_with_rows(_supports_group_at(2)))
 def _lower_all_gather_coalesced(
     ctx: LoweringContext, xs: list[Value], group_size: int, group_name: object
 ) -> list[Value]:
@@ -216,7 +233,7 @@ def _lower_all_gather_coalesced(
 @lowering(
     c10d.reduce_scatter_tensor.default,
     c10d_autograd.reduce_scatter_tensor.default,
-    supports=_supports_reduction(1, 3),
+    supports=_with_rows(_supports_reduction(1, 3)),
 )
 def _lower_reduce_scatter(
     ctx: LoweringContext, x: Value, reduce_op: str, group_size: int, group_name: object
@@ -224,7 +241,9 @@ def _lower_reduce_scatter(
     return _reduce_scatter(ctx, x, reduce_op, group_size, group_name)
 
 
-@lowering(c10d.reduce_scatter_tensor_coalesced.default, supports=_supports_reduction(1, 3))
+@lowering(
+    c10d.reduce_scatter_tensor_coalesced.default, supports=_with_rows(_supports_reduction(1, 3))
+)
 def _lower_reduce_scatter_coalesced(
     ctx: LoweringContext, xs: list[Value], reduce_op: str, group_size: int, group_name: object
 ) -> list[Value]:
@@ -263,7 +282,19 @@ def _lower_broadcast(ctx: LoweringContext, x: Value, src: int, group_name: objec
     return ctx.emit.reshape(picked, x.shape)
 
 
-@lowering(c10d.wait_tensor.default, c10d._wrap_tensor_autograd.default)
+def _supports_wait(node: fx.Node) -> str | None:
+    """A wait on a collective lowered with it: the collective's result (or an element of a
+    coalesced one's) from a node that has a rule. A collective that runs eagerly (or before this
+    graph) is still in flight in c10d, which must do the waiting."""
+    src = node.args[0]
+    if isinstance(src, fx.Node) and src.target is operator.getitem:
+        src = src.args[0]
+    if isinstance(src, fx.Node) and src.op == "call_function" and isinstance(lookup(src), Lowering):
+        return None
+    return "waits on a collective that runs eagerly or outside this graph"
+
+
+@lowering(c10d.wait_tensor.default, c10d._wrap_tensor_autograd.default, supports=_supports_wait)
 def _lower_wait(ctx: LoweringContext, x: Value) -> Value:
     """StableHLO collectives complete before their results are read: waiting is the identity."""
     return x
