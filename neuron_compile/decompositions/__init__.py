@@ -12,6 +12,8 @@ the backward op too). One module per family:
 - ``indexing``: indexing ops whose PyTorch decomposition goes through Python indexing;
 - ``dropout``: ``native_dropout`` of an empty tensor (eager's float mask);
 - ``lerp``: ``lerp`` in float32, rounded once, as eager's kernel computes it;
+- ``fma``: Inductor's ``prims.fma``, Dynamo's spelling of optimizers' ``addcmul_(value=)``
+  (its table is made on demand: the prim exists only once Dynamo is loaded);
 - ``legacy``: the legacy convolution entry points and the other aliases of covered ops.
 
 ``functional`` is not a table: it rewrites Dynamo's calls of ``torch.nn.functional`` functions
@@ -29,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RegistryError
-from . import dropout, embedding, indexing, legacy, lerp, sampling, segments
+from . import dropout, embedding, fma, indexing, legacy, lerp, sampling, segments
 from .fast_path import FAST_PATH_DECOMPOSITIONS
 from .promoting import promoting_decompositions
 
@@ -44,4 +46,5 @@ def added_decompositions() -> dict[Any, Any]:
         if overlap:
             raise RegistryError(f"{family.__name__} decomposes ops decomposed already: {overlap}")
         table.update(family.DECOMPOSITIONS)
+    table.update(fma.decompositions())
     return table
