@@ -40,6 +40,24 @@ def world() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def reachable_ranks(partitions: list[Groups], rank: int) -> tuple[int, ...]:
+    """The ranks ``rank`` exchanges data with, directly or through others, over the groups of
+    ``partitions`` (each a partition of the world): its connected component, sorted. Every rank of
+    the component computes the same one. A module's collectives only ever wait for these ranks,
+    so only they must join the runtime that carries them (``runtime/distributed.py``): a pipeline
+    stage's tensor-parallel group need not wait for the other stages."""
+    reached, frontier = {rank}, [rank]
+    while frontier:
+        r = frontier.pop()
+        for groups in partitions:
+            for group in groups:
+                if r in group:
+                    new = set(group) - reached
+                    reached |= new
+                    frontier.extend(new)
+    return tuple(sorted(reached))
+
+
 def group_ranks(group_name: str) -> tuple[int, ...]:
     """Global ranks of the group named ``group_name``, in the group's rank order."""
     import torch.distributed as dist

@@ -52,6 +52,7 @@ from .lowering.lower_graph import USER_OUTPUTS, LoweredGraph
 from .metrics import GraphRecord
 from .partition import is_fully_supported, partition, split_reasons, summarize
 from .passes import pipeline_for, run_pipeline
+from .runtime.distributed import over_ranks
 from .runtime.xla_cpu import XlaCpuExecutable
 from .saved import META_KEY, POOL_INDICES
 from .targets import CompileJob, get_target
@@ -331,6 +332,7 @@ def _executable(
     form: str = "portable",
     module_text: str | None = None,
     replicas: int = 1,
+    ranks: tuple[int, ...] = (),
 ) -> XlaCpuExecutable:
     """The XLA CPU executable of ``art``: this host's disk entry, or compiled (and stored).
 
@@ -343,12 +345,12 @@ def _executable(
     compiling, ``art`` must be its serialization (raises ``UnboundArtifact``), so an entry whose
     artifact was swapped under a genuine module is never compiled, let alone stored.
     """
-    exe_key = executable_key(key, "xla_cpu", art, replicas)
+    exe_key = executable_key(key, "xla_cpu", art, replicas, ranks)
     digest = exe_key.digest()
     entry = disk.get(digest) if disk is not None else None
     if entry is not None and is_local_only(entry.manifest):
         try:
-            return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE), replicas=replicas)
+            return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE), ranks=ranks)
         except Exception as e:  # an executable this jaxlib cannot load: rebuild it
             log.warning("graph %s: cached executable unusable (%s); recompiling", name, e)
     if module_text is not None:  # the artifact is about to run: it must be the module's
@@ -362,7 +364,10 @@ def _executable(
             raise UnboundArtifact(f"the artifact of graph {name} is not built from its module")
     t = time.perf_counter()
     try:
-        exe = XlaCpuExecutable(artifact_mod.executable_input(art, form), replicas=replicas)
+        run_input = artifact_mod.executable_input(art, form)
+        if replicas > 1 and ranks != tuple(range(replicas)):  # for the ranks' own runtime
+            run_input = over_ranks(artifact_mod.artifact_text(art, form), ranks).encode()
+        exe = XlaCpuExecutable(run_input, ranks=ranks)
     except Exception as e:
         raise ExecutorError(
             f"XLA CPU failed to compile graph {name}: {type(e).__name__}: {e}", hint=BUG_HINT
@@ -397,9 +402,9 @@ def _bound_executable(
 ) -> tuple[bytes, XlaCpuExecutable]:
     """``(artifact, executable)``; a cached artifact that is not its module's serialization is
     quarantined and rebuilt here (not re-read: the remote tier may hold the same forgery)."""
-    replicas = lowered.num_replicas
+    replicas, ranks = lowered.num_replicas, lowered.reachable_ranks
     try:
-        return art, _executable(art, key, name, disk, cfg.artifact, module_text, replicas)
+        return art, _executable(art, key, name, disk, cfg.artifact, module_text, replicas, ranks)
     except UnboundArtifact as e:
         assert disk is not None
         digest = key.digest()
@@ -412,7 +417,7 @@ def _bound_executable(
             graph_name=cache_name(name),
             components=key.components(),
         )
-        return art, _executable(art, key, name, disk, cfg.artifact, replicas=replicas)
+        return art, _executable(art, key, name, disk, cfg.artifact, replicas=replicas, ranks=ranks)
 
 
 def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:

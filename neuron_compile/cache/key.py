@@ -152,15 +152,19 @@ def host_fingerprint() -> str:
     return _sha(f"{platform.machine()}|{flags}")[:16]
 
 
-def executable_key(graph: CacheKey, executor: str, artifact: bytes, replicas: int = 1) -> CacheKey:
+def executable_key(
+    graph: CacheKey, executor: str, artifact: bytes, replicas: int = 1, ranks: tuple[int, ...] = ()
+) -> CacheKey:
     """Key of a host-specific executable compiled from ``artifact`` (the artifact of ``graph``):
     the artifact's sha256 is a component, so an executable is only served for the exact bytes
     it was compiled from. An executable with collectives embeds its device assignment (one
-    replica per rank, this rank's device local): the world size and this rank enter its key,
-    never the artifact's."""
+    replica per rank it reaches, ``ranks``, this rank's device local): the world size, this rank
+    and (when they are not the whole world) the ranks enter its key, never the artifact's."""
     key = graph.extend(executor=executor, host=host_fingerprint(), artifact=_sha(artifact))
     if replicas > 1:
         from ..collectives import world
 
         key = key.extend(replicas=str(replicas), replica=str(world()[0]))
+        if ranks and ranks != tuple(range(replicas)):
+            key = key.extend(ranks=",".join(map(str, ranks)))
     return key

@@ -17,6 +17,7 @@ import torch
 import torch.fx as fx
 from torch.utils._python_dispatch import _disable_current_modes
 
+from ..collectives import reachable_ranks, world
 from ..errors import BUG_HINT, LoweringError, UnsupportedOpError, user_frame
 from ..narrowing import describe
 from . import registry
@@ -145,6 +146,13 @@ class LoweredGraph:
     def num_replicas(self) -> int:
         """Ranks the module runs on (1 without collectives)."""
         return self.module.num_replicas if self.module is not None else 1
+
+    @property
+    def reachable_ranks(self) -> tuple[int, ...]:
+        """The ranks this rank's collectives exchange data with (``collectives.reachable_ranks``;
+        empty without collectives)."""
+        partitions = [c.replica_groups for c in self.collectives]
+        return reachable_ranks(partitions, world()[0]) if partitions else ()
 
     def node_at_line(self, line: int) -> fx.Node | None:
         """FX node that emitted 1-based ``line`` of ``text`` (for verifier errors)."""

@@ -59,17 +59,18 @@ def compile_options(options: Any) -> Any:
 _TWO_CLIENTS = False
 
 
-def _client_for(replicas: int) -> Client:
-    """The client a module over ``replicas`` ranks runs on: the local one, or (collectives over
-    more than one rank) the distributed one (``runtime/distributed.py``)."""
+def _client_for(ranks: tuple[int, ...]) -> Client:
+    """The client a module whose collectives reach ``ranks`` runs on: the local one (no
+    collectives, or a group of this rank alone), or the distributed one those ranks join
+    (``runtime/distributed.py``)."""
     global _TWO_CLIENTS
-    if replicas <= 1:
+    if len(ranks) <= 1:
         backend, device, devices, xla_client = _client()
         return Client(backend, device, devices, xla_client.CompileOptions)
     from .distributed import distributed_client
 
     _TWO_CLIENTS = True
-    return distributed_client(replicas)
+    return distributed_client(ranks)
 
 
 def _outside_tracing():
@@ -187,15 +188,20 @@ class XlaCpuExecutable:
     """
 
     def __init__(
-        self, artifact: bytes | None = None, *, serialized: bytes | None = None, replicas: int = 1
+        self,
+        artifact: bytes | None = None,
+        *,
+        serialized: bytes | None = None,
+        ranks: tuple[int, ...] = (),
     ) -> None:
         """Compile ``artifact``, or load ``serialized`` (bytes from ``serialize()`` of an
         executable built by this jaxlib on a host with the same CPU features). Loading runs
         native code from those bytes: only pass bytes this machine's own cache wrote.
 
-        ``replicas`` > 1: a module with collectives over that many ranks, compiled on the
-        distributed client with one replica per rank; it runs on this rank's device."""
-        client = _client_for(replicas)
+        ``ranks``: a module with collectives that reach these ranks (its replica groups numbered
+        by their position in ``ranks``: ``distributed.over_ranks``), compiled on the client they
+        share, one replica per rank; it runs on this rank's device."""
+        client = _client_for(ranks)
         self._backend, self._device = client.backend, client.device
         if serialized is not None:
             self._exe = self._backend.deserialize_executable(

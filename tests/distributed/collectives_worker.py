@@ -87,6 +87,15 @@ def rank_constants(group: dist.ProcessGroup) -> Callable[..., list[torch.Tensor]
     return fn
 
 
+def stage_ops(
+    group: dist.ProcessGroup, alone: dist.ProcessGroup
+) -> Callable[..., tuple[torch.Tensor, ...]]:
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return funcol.all_reduce(x * 2, "sum", group), funcol.all_reduce(x - 1, "max", alone)
+
+    return fn
+
+
 def no_rows(group: dist.ProcessGroup) -> Callable[..., tuple[torch.Tensor, ...]]:
     """Gathers and reduce-scatters of tensors with no rows (StableHLO rejects a zero-size
     all_gather_dim / scatter dimension) between collectives that have rows."""
@@ -180,6 +189,16 @@ def main(case: str) -> None:
             line["custom"]["log_warnings"] = []  # collected once, for the whole line
         elif case == "no_rows":
             line.update(_run(no_rows(dist.group.WORLD), _ints(2 * size, 3)))
+        elif case == "one_stage":
+            # Pipeline-like: only the first subgroup ever runs a compiled collective (over its
+            # own group, then over a group of one rank); the others wait in c10d.
+            sub, _ = dist.new_subgroups(group_size=2)
+            alone, _ = dist.new_subgroups(group_size=1)
+            if rank < 2:
+                line.update(_run(stage_ops(sub, alone), _ints(4, 3)))
+            else:
+                line.update({"equal": [True] * 2, "fallback": [{}], "groups": []})
+            dist.barrier()
         elif case == "constants":
             line.update(_run(rank_constants(dist.group.WORLD), torch.zeros(3)))
         elif case == "saved":

@@ -64,6 +64,16 @@ def test_collectives_of_tensors_without_rows_run_eagerly_in_order() -> None:
         assert line["fallback"] == [fallback], line
 
 
+def test_collectives_need_only_the_ranks_they_reach() -> None:
+    """Ranks 0 and 1 run a compiled collective over their subgroup and over groups of one rank
+    while ranks 2 and 3 never compile one (a pipeline's other stage): XLA's runtime for it joins
+    ranks 0 and 1 alone, where it waited for all four (and hung)."""
+    lines = run_ranks(WORKER, ["one_stage"], 4, timeout=240)
+    _check(lines[:2], outputs=2, graphs=1)
+    for line in lines[:2]:
+        assert line["groups"] == [[[0, 1], [2, 3]], [[0], [1], [2], [3]]], line
+
+
 def test_warm_cache_runs_the_stored_executables(tmp_path: Path) -> None:
     """Cold then warm, fresh processes sharing one cache: the warm ranks load the artifact and
     their own executables (the device assignment is in the executable's key) and still match."""

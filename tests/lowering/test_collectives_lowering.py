@@ -132,6 +132,9 @@ def test_executable_key_holds_world_and_rank_only_with_collectives(
     monkeypatch.setattr(collectives, "world", lambda: (3, 4))
     multi = dict(executable_key(graph, "xla_cpu", b"art", replicas=4).parts)
     assert (multi["replicas"], multi["replica"]) == ("4", "3")
+    assert "ranks" not in multi  # the whole world: as before
+    stage = dict(executable_key(graph, "xla_cpu", b"art", replicas=4, ranks=(2, 3)).parts)
+    assert stage["ranks"] == "2,3"  # its own replica numbering and device assignment
 
 
 def test_graphs_differing_only_in_groups_never_share_an_entry(
@@ -147,3 +150,31 @@ def test_graphs_differing_only_in_groups_never_share_an_entry(
     first, second = keys.values()
     assert first.digest() != second.digest()
     assert "replica_groups" in first.explain(second)
+
+
+def test_reachable_ranks_are_the_connected_component_of_the_groups() -> None:
+    from neuron_compile.collectives import reachable_ranks
+
+    tp, dp = ((0, 1), (2, 3)), ((0, 2), (1, 3))
+    assert reachable_ranks([tp], 2) == (2, 3)  # a pipeline stage's tensor-parallel group
+    assert reachable_ranks([tp, dp], 2) == (0, 1, 2, 3)  # through rank 0's dp group
+    assert reachable_ranks([((0,), (1,))], 1) == (1,)  # groups of one: the local client
+
+
+def test_over_ranks_numbers_replicas_by_position_and_drops_other_groups() -> None:
+    """The executable of a module reaching ranks (2, 3) of four: XLA's replica ids are their
+    positions, and the groups of ranks 0 and 1 (never reached) are gone."""
+    from neuron_compile.runtime.distributed import over_ranks
+
+    text = (
+        "module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32} {\n"
+        '  %0 = "stablehlo.all_reduce"(%a) <{channel_handle = #stablehlo.channel_handle<handle = '
+        "1, type = 1>, replica_groups = dense<[[0, 1], [2, 3]]> : tensor<2x2xi64>}> ...\n"
+        '  %1 = "stablehlo.all_gather"(%b) <{replica_groups = dense<[[0], [1], [2], [3]]> : '
+        "tensor<4x1xi64>}> ...\n"
+    )
+    out = over_ranks(text, (2, 3))
+    assert "mhlo.num_replicas = 2 : i32" in out
+    assert "replica_groups = dense<[[0, 1]]> : tensor<1x2xi64>" in out
+    assert "replica_groups = dense<[[0], [1]]> : tensor<2x1xi64>" in out
+    assert "handle = 1, type = 1" in out and "[2, 3]" not in out
