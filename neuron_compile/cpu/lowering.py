@@ -1,8 +1,9 @@
 """The cpu target's forms of convolutions: grouped ones (``groups > 1``) as kernel taps or one
-library convolution per group instead of one grouped ``stablehlo.convolution``, ungrouped ones whose windows do not overlap (1x1 kernels,
-patch embeddings, their transposed adjoints) as matrix products (``windows.py``); every other
-convolution keeps the reference form, and its backward computes a float32 grad_output that both
-gradients read once (``_shared_grad_output``) before the reference forms read it.
+library convolution per group instead of one grouped ``stablehlo.convolution``, ungrouped ones
+whose windows do not overlap (1x1 kernels, patch embeddings, their transposed adjoints) as
+matrix products (``windows.py``); every other convolution keeps the reference form, and its
+backward computes a float32 grad_output that both gradients read once (``_shared_grad_output``)
+before the reference forms read it.
 
 XLA CPU runs a convolution as a library call only without groups. It rewrites a grouped one into
 an ungrouped convolution with a block-diagonal kernel (``groups`` times the work: 40x eager for a
@@ -223,10 +224,10 @@ def _per_group(
     out_dim: int,
     *geometry: Sequence[int],
 ) -> Value:
-    """``form`` (a reference form: one library convolution) applied to each of ``groups`` groups'
-    slices of its two operands, ``(operand, dim holding the groups)``, with ``groups=1``; the results
-    concatenated along ``out_dim`` in group order. ``geometry`` is the form's arguments between
-    the operands and ``groups``."""
+    """``form`` (a reference form: one library convolution) applied with ``groups=1`` to each
+    of ``groups`` groups' slices of its two operands, ``(operand, dim holding the groups)``; the
+    results concatenated along ``out_dim`` in group order. ``geometry`` is the form's arguments
+    between the operands and ``groups``."""
     e = ctx.emit
     (x, x_dim), (y, y_dim) = a, b
 

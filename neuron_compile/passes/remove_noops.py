@@ -4,9 +4,10 @@ Requires: a functionalized ATen graph (AOTAutograd output), ``meta["val"]`` on e
 Guarantees: every removed node's users read its input instead. Removed: ``alias``/``detach``
 and same-shape ``view``/``reshape``/``_unsafe_view``/``expand``; ``clone``/``lift_fresh_copy``,
 ``_to_copy`` and ``prims.convert_element_type`` that change neither shape, dtype, device, layout
-nor strides (memory format), of a value that is not a lazily conjugated or negated view (copying
-one resolves the conj/neg bit: ``view_as_real`` needs it resolved). Copies stay whenever the graph writes to the copy or to its source
-(directly or through a view), since then the copy is a real snapshot. Graph outputs keep their
+nor strides (memory format), of a value that is not a lazily conjugated or negated view
+(copying one resolves the conj/neg bit: ``view_as_real`` needs it resolved). Copies stay whenever
+the graph writes to the copy or to its source (directly or through a view), since then the copy
+is a real snapshot. Graph outputs keep their
 identity: a no-op is kept if dropping it would make an output the same object as a graph input
 (returning the input itself would make the caller's output alias its argument), and a copy is kept
 if dropping it would make two outputs one object. An ``alias`` of another output is dropped on

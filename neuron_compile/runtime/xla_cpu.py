@@ -6,7 +6,10 @@ without copies where XLA can alias the memory.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import sys
+import threading
 import weakref
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -22,8 +25,9 @@ log = logging.getLogger(__name__)
 @lru_cache(maxsize=1)
 def _client():
     """Our own XLA CPU client, straight from jaxlib: ``import jax`` (for ``jax.extend``'s shared
-    backend) costs ~0.5 s of every cold and warm start and buys nothing here. A process that also
-    uses JAX simply has two CPU clients; tensors cross between them through dlpack anyway.
+    backend) would cost ~0.9 s before the first compile; the first array imports it anyway, but
+    later, beside the compile (``_import_jax_meanwhile``). A process that also uses JAX simply has
+    two CPU clients; tensors cross between them through dlpack anyway.
 
     Graphs without collectives always run here, on every rank: a rank may compile a graph the
     others never do (an evaluation on rank 0), which the distributed client could not allow."""
@@ -83,6 +87,27 @@ def _outside_tracing():
     from torch.utils._python_dispatch import _disable_current_modes
 
     return _disable_current_modes()
+
+
+@lru_cache(maxsize=1)
+def _import_jax_meanwhile() -> None:
+    """Import jax on another thread while XLA compiles the first executable (XLA releases the
+    GIL). The first array the dlpack bridges make imports jax (~0.9 s: jaxlib's C++ reaches for
+    ``jax._src.sharding_impls``), which the first call of every process paid on its own. A
+    process that only compiles spends that CPU time on the other core, off its critical path.
+    Python's import lock makes a user's own ``import jax`` wait for this one to finish."""
+    if "jax" in sys.modules:
+        return
+
+    def run() -> None:
+        try:
+            import jax  # noqa: F401
+        except Exception as e:  # pragma: no cover - the first array will raise it again
+            log.debug("importing jax in the background failed: %s", e)
+
+    thread = threading.Thread(target=run, name="neuron-compile-import-jax", daemon=True)
+    thread.start()
+    atexit.register(thread.join, 30)  # a process that exits right away lets the import finish
 
 
 @lru_cache(maxsize=4)
@@ -209,12 +234,15 @@ class XlaCpuExecutable:
             )
         elif artifact is not None:
             options = compile_options(client.options())
+            _import_jax_meanwhile()
             self._exe = self._backend.compile_and_load(artifact, client.devices, options)
         else:
             raise TypeError("XlaCpuExecutable needs an artifact or a serialized executable")
 
     # The dlpack bridges are resolved on first use, not at load: they create jax.Array objects,
-    # and the first one imports jax (~0.5 s), which a compile-only process never needs.
+    # and the first one imports jax (~0.9 s; begun during the first compile, see
+    # ``_import_jax_meanwhile``), which a process loading its executables from the cache only
+    # pays if it runs them.
     @property
     def _import(self) -> Callable[[torch.Tensor], Any]:
         return _importer(self._device)

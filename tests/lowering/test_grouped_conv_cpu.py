@@ -20,7 +20,8 @@ CASES = {
     "groups4_dilated": (nn.Conv2d, 8, 12, 3, 2, 2, 2, 4, (11, 11)),
     "groups2_1d": (nn.Conv1d, 6, 4, 5, 2, 1, 1, 2, (17,)),
     "groups3_3d": (nn.Conv3d, 6, 3, 3, 1, 1, 1, 3, (5, 6, 5)),
-    "groups2_wide": (nn.Conv2d, 40, 20, 3, 1, 1, 1, 2, (6, 6)),  # 20 x 9 products: patches
+    "groups2_wide": (nn.Conv2d, 40, 20, 3, 1, 1, 1, 2, (6, 6)),  # a library conv per group
+    "groups5_wide": (nn.Conv2d, 80, 40, 3, 1, 1, 1, 5, (6, 6)),  # 16 x 9 products: patches
     # strided: odd sizes, a kernel smaller than the stride, 3-D, 1-D depthwise
     "groups2_stride2_odd": (nn.Conv2d, 16, 32, 3, 2, 1, 1, 2, (9, 7)),
     "groups2_k1_stride2": (nn.Conv2d, 4, 4, 1, 2, 0, 1, 2, (7, 6)),
@@ -46,29 +47,37 @@ def _grads(model: nn.Module, x: torch.Tensor, compiled: nn.Module):
     return out.detach(), grads
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_matches_eager(name: str) -> None:
-    model, x = _model(name)
+def _matches_eager(model: nn.Module, x: torch.Tensor, dump: Path | None = None) -> list[str]:
+    """Compile ``model``, check its output and gradients against eager's (looser in bfloat16,
+    where both round), and return the dumped forward and backward modules' text."""
     expected = _grads(model, x, model)
     torch._dynamo.reset()
-    actual = _grads(model, x, torch.compile(model, backend="neuron"))
-    torch.testing.assert_close(actual[0], expected[0], rtol=1e-5, atol=1e-5)
-    for a, e in zip(actual[1], expected[1], strict=True):
-        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
-
-
-def test_bfloat16_rounds_once_like_eager() -> None:
-    model, x = _model("groups4_dilated")
-    model = model.to(torch.bfloat16)
-    x = x.to(torch.bfloat16)
-    expected = _grads(model, x, model)
-    torch._dynamo.reset()
-    actual = _grads(model, x, torch.compile(model, backend="neuron"))
-    assert actual[0].dtype == torch.bfloat16
-    torch.testing.assert_close(actual[0], expected[0], rtol=2e-2, atol=2e-2)
+    options = {"dump_dir": str(dump)} if dump is not None else {}
+    actual = _grads(model, x, torch.compile(model, backend="neuron", options=options))
+    low = x.dtype == torch.bfloat16
+    assert actual[0].dtype == expected[0].dtype
+    tol = 2e-2 if low else 1e-5
+    torch.testing.assert_close(actual[0], expected[0], rtol=tol, atol=tol)
     for a, e in zip(actual[1], expected[1], strict=True):
         assert a.dtype == e.dtype
-        torch.testing.assert_close(a, e, rtol=2e-2, atol=5e-2)
+        torch.testing.assert_close(a, e, rtol=2e-2 if low else 1e-4, atol=5e-2 if low else 1e-4)
+    if dump is None:
+        return []
+    return [next(dump.rglob(f"*{g}*/module.stablehlo.mlir")).read_text() for g in PHASES]
+
+
+PHASES = ("forward", "backward")
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_matches_eager(name: str) -> None:
+    _matches_eager(*_model(name))
+
+
+@pytest.mark.parametrize("name", ["groups4_dilated", "groups2_wide"])  # taps; per group
+def test_bfloat16_rounds_once_like_eager(name: str) -> None:
+    model, x = _model(name)
+    _matches_eager(model.to(torch.bfloat16), x.to(torch.bfloat16))
 
 
 def _grouped_convolutions(dump: Path) -> dict[str, int]:
@@ -172,26 +181,15 @@ def test_kernel_gradient_form_follows_its_own_bound(
     and input gradient (72 <= ``ELEMENTWISE_TERMS``) stay elementwise. Both match eager."""
     torch.manual_seed(0)
     conv = nn.Conv2d(channels, channels, 3, padding=1, groups=groups)
-    x = torch.randn(2, channels, 6, 6)
-    expected = _grads(conv, x, conv)
-    torch._dynamo.reset()
-    options = {"dump_dir": str(tmp_path)}
-    actual = _grads(conv, x, torch.compile(conv, backend="neuron", options=options))
-    torch.testing.assert_close(actual[0], expected[0], rtol=1e-5, atol=1e-5)
-    for a, e in zip(actual[1], expected[1], strict=True):
-        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
-    (forward,) = tmp_path.rglob("*forward*/module.stablehlo.mlir")
-    (backward,) = tmp_path.rglob("*backward*/module.stablehlo.mlir")
-    assert "stablehlo.dot_general" not in forward.read_text()
-    text = backward.read_text()
+    forward, text = _matches_eager(conv, torch.randn(2, channels, 6, 6), tmp_path)
+    assert "stablehlo.dot_general" not in forward
     assert text.count("stablehlo.dot_general") == products
     results = [int(n or 1) for n in re.findall(r"%\S+?(?::(\d+))? = stablehlo\.reduce\(", text)]
     assert (reduce_results in results) if reduce_results else max(results, default=1) < 36
 
 
-def _convolutions(module: Path) -> list[int]:
-    """The ``feature_group_count`` of each ``stablehlo.convolution`` in a dumped module."""
-    text = module.read_text()
+def _convolutions(text: str) -> list[int]:
+    """The ``feature_group_count`` of each ``stablehlo.convolution`` in a module's text."""
     return [int(n) for n in re.findall(r"feature_group_count = (\d+)", text)]
 
 
@@ -212,30 +210,7 @@ def test_few_wide_groups_are_one_library_convolution_each(
     input channels run one ungrouped convolution per group for the forward and for each
     gradient; the others keep the tap forms (no convolution at all). Values match eager."""
     torch.manual_seed(0)
-    groups = conv.groups
     x = torch.randn(3, conv.in_channels, *([9] * (conv.weight.dim() - 2)))
-    expected = _grads(conv, x, conv)
-    torch._dynamo.reset()
-    options = {"dump_dir": str(tmp_path)}
-    actual = _grads(conv, x, torch.compile(conv, backend="neuron", options=options))
-    torch.testing.assert_close(actual[0], expected[0], rtol=1e-5, atol=1e-5)
-    for a, e in zip(actual[1], expected[1], strict=True):
-        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-4)
-    (forward,) = tmp_path.rglob("*forward*/module.stablehlo.mlir")
-    (backward,) = tmp_path.rglob("*backward*/module.stablehlo.mlir")
-    assert _convolutions(forward) == ([1] * groups if library else [])
-    assert _convolutions(backward) == ([1] * 2 * groups if library else [])
-
-
-def test_library_per_group_in_bfloat16_rounds_once_like_eager() -> None:
-    torch.manual_seed(0)
-    model = nn.Conv2d(16, 16, 3, padding=1, groups=2).to(torch.bfloat16)
-    x = torch.randn(2, 16, 7, 7, dtype=torch.bfloat16)
-    expected = _grads(model, x, model)
-    torch._dynamo.reset()
-    actual = _grads(model, x, torch.compile(model, backend="neuron"))
-    assert actual[0].dtype == torch.bfloat16
-    torch.testing.assert_close(actual[0], expected[0], rtol=2e-2, atol=2e-2)
-    for a, e in zip(actual[1], expected[1], strict=True):
-        assert a.dtype == e.dtype
-        torch.testing.assert_close(a, e, rtol=2e-2, atol=5e-2)
+    forward, backward = _matches_eager(conv, x, tmp_path)
+    assert _convolutions(forward) == ([1] * conv.groups if library else [])
+    assert _convolutions(backward) == ([1] * 2 * conv.groups if library else [])

@@ -53,3 +53,32 @@ def test_processes_exiting_right_after_a_call_never_abort(tmp_path):
     for rc, out, err in results:
         assert rc == 0, err[-2000:]
         assert float(out.strip().splitlines()[-1]) >= 0.0
+
+
+_COMPILE_THEN_EXIT = """
+import sys, threading
+import torch
+from neuron_compile.runtime.xla_cpu import XlaCpuExecutable
+assert "jax" not in sys.modules
+text = '''func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %y = stablehlo.add %x, %x : tensor<4xf32>
+  return %y : tensor<4xf32>
+}'''
+XlaCpuExecutable(text.encode())
+names = [t.name for t in threading.enumerate()]
+print("importing" if "neuron-compile-import-jax" in names or "jax" in sys.modules else "idle")
+"""
+
+
+def test_jax_imports_during_the_first_compile_and_a_compile_only_process_exits_cleanly():
+    """The first array a call makes imports jax (~0.9 s); it is imported on another thread while
+    XLA compiles, and a process that exits right after compiling waits for it, then exits 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for _ in range(3):
+        proc = subprocess.run(
+            [sys.executable, "-c", _COMPILE_THEN_EXIT], env=env, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip() == "importing"
+        assert "Fatal" not in proc.stderr and "terminate" not in proc.stderr
