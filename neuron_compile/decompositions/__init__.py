@@ -14,6 +14,8 @@ the backward op too). One module per family:
 - ``lerp``: ``lerp`` in float32, rounded once, as eager's kernel computes it;
 - ``fma``: Inductor's ``prims.fma``, Dynamo's spelling of optimizers' ``addcmul_(value=)``
   (its table is made on demand: the prim exists only once Dynamo is loaded);
+- ``foreach``: the ``_foreach_*`` list ops of ``foreach=True`` optimizers, per tensor (made on
+  demand from the registered schemas);
 - ``legacy``: the legacy convolution entry points and the other aliases of covered ops.
 
 ``functional`` is not a table: it rewrites Dynamo's calls of ``torch.nn.functional`` functions
@@ -31,7 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RegistryError
-from . import dropout, embedding, fma, indexing, legacy, lerp, sampling, segments
+from . import dropout, embedding, fma, foreach, indexing, legacy, lerp, sampling, segments
 from .fast_path import FAST_PATH_DECOMPOSITIONS
 from .promoting import promoting_decompositions
 
@@ -46,5 +48,6 @@ def added_decompositions() -> dict[Any, Any]:
         if overlap:
             raise RegistryError(f"{family.__name__} decomposes ops decomposed already: {overlap}")
         table.update(family.DECOMPOSITIONS)
-    table.update(fma.decompositions())
+    for made_on_demand in (fma.decompositions(), foreach.decompositions()):
+        table.update(made_on_demand)
     return table
