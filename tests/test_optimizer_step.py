@@ -117,3 +117,22 @@ def test_foreach_ops_compile_and_match_eager() -> None:
     assert neuron_compile.get_fallback_ops() == {}
     for a, e in zip(actual, _foreach_ops(xs, ys), strict=True):
         torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
+
+
+def test_clip_grad_norm_with_foreach_compiles_and_matches_eager() -> None:
+    def clip(params: list[torch.nn.Parameter]) -> torch.Tensor:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm=0.5, foreach=True)
+
+    results = []
+    for compiled in (False, True):
+        params = _params()
+        g = torch.Generator().manual_seed(4)
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g)
+        torch._dynamo.reset()
+        neuron_compile.clear_fallback_ops()
+        norm = (torch.compile(clip, backend="neuron") if compiled else clip)(params)
+        results.append([norm, *(p.grad for p in params)])
+    assert neuron_compile.get_fallback_ops() == {}
+    for a, e in zip(results[1], results[0], strict=True):
+        torch.testing.assert_close(a, e, rtol=1e-6, atol=1e-6)
