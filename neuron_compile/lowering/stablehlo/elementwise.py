@@ -354,7 +354,12 @@ def _lower_where(ctx: LoweringContext, cond: Value, a, b) -> Value:
 
 # ---- casts and constants --------------------------------------------------------------------
 @lowering(aten._to_copy.default, supports=any_dtype)
-def _lower_to_copy(ctx: LoweringContext, x: Value, **_: object) -> Value:
+def _lower_to_copy(ctx: LoweringContext, x: Value | bool | int | float, **_: object) -> Value:
+    if not isinstance(x, Value):
+        # A Python number: torch.func's decompositions (vmap of a loss's mean) pass one. As
+        # ``torch.tensor(x)`` it has its own dtype first (bool, int64 run as int32, float32).
+        own = torch.bool if isinstance(x, bool) else torch.int32 if isinstance(x, int) else None
+        x = ctx.emit.scalar(x, own or torch.float32)
     return ctx.emit.convert(x, ctx.out_dtype)  # float -> narrow int wraps as eager's (emit.py)
 
 
