@@ -153,9 +153,23 @@ class ShapeSpecializer:
             again = note_compile(
                 self.frame_key, self.frame_name, specs, self.cfg, specializing=True
             )
-            fn = self._compile_frame(self.gm, list(args), self.cfg, recompile=again)
+            fn = self._compile_frame(self.gm, _static_fakes(args), self.cfg, recompile=again)
             self._compiled[key] = fn
         return fn(*args)
+
+
+def _static_fakes(args: Sequence[Any]) -> list[Any]:
+    """``args`` as the example inputs Dynamo would hand a backend, with static shapes: fake
+    tensors of a mode with a ShapeEnv. AOTAutograd traces with that mode, which the graph needs
+    for ``item()`` of the 0-d tensors Dynamo passes unspecialized Python floats as (real inputs
+    got a mode without one: DataDependentOutputException), and for ``while_loop``'s tracing."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv(), allow_non_fake_inputs=True)
+    return [
+        mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args
+    ]
 
 
 # ---- recompile accounting ----------------------------------------------------------------------

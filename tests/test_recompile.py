@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import neuron_compile
+from neuron_compile.compiler import DowncastWarning
 from neuron_compile.config import load_config
 from neuron_compile.errors import NeuronCompileError, OptionsError
+from neuron_compile.fallback import FallbackWarning
 from neuron_compile.shapes import RecompileWarning, bucket_for
 
 
@@ -265,3 +267,54 @@ def test_graph_break_frames_are_counted_separately():
     assert len(msgs) == 2
     assert "x dim 0=6 (was 4)" in msgs[0] and "y dim 0=6 (was 4)" in msgs[1]
     assert [r.recompile for r in neuron_compile.metrics()] == [False, False, True, True]
+
+
+class _Tempered(torch.nn.Module):
+    """A softmax whose temperature (a Python float attribute) changes with the batch size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin, self.temp = torch.nn.Linear(3, 4), 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.lin(x) / self.temp).softmax(-1)
+
+
+def test_floats_that_change_with_the_batch_size_compile_per_shape_like_eager():
+    """Automatic dynamic shapes with a Python float that changes too: Dynamo passes the float as a
+    0-d tensor read by ``item()``, which the per-shape static compile must trace with a ShapeEnv
+    (it raised DataDependentOutputException from the second call on, every call after)."""
+    torch.manual_seed(0)
+    model = _Tempered()
+    compiled = torch.compile(model, backend="neuron")
+    scale = torch.compile(lambda x, s, k: x * s + k, backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecompileWarning)
+        warnings.simplefilter("ignore", DowncastWarning)  # the float, as a float64 0-d tensor
+        warnings.simplefilter("ignore", FallbackWarning)  # + k of a changing int: eagerly
+        for batch, temp, k in [(2, 1.0, 1), (3, 0.5, -2), (4, 2.0, 3), (3, 0.7, 5)]:
+            model.temp = temp
+            x = torch.randn(batch, 3)
+            torch.testing.assert_close(compiled(x), model(x))
+            torch.testing.assert_close(scale(x, temp, k), x * temp + k)
+
+
+def test_while_loop_with_changing_batch_size_compiles_per_shape():
+    from torch._higher_order_ops.while_loop import while_loop
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        def cond(i, acc):
+            return i < 3
+
+        def body(i, acc):
+            return i + 1, acc * 2 + 1
+
+        return while_loop(cond, body, (torch.tensor(0), x))[1]
+
+    compiled = torch.compile(f, backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecompileWarning)
+        warnings.simplefilter("ignore", FallbackWarning)  # while_loop runs eagerly
+        for batch in (2, 3, 4):
+            x = torch.randn(batch, 3)
+            torch.testing.assert_close(compiled(x), f(x))
