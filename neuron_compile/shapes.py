@@ -153,9 +153,38 @@ class ShapeSpecializer:
             again = note_compile(
                 self.frame_key, self.frame_name, specs, self.cfg, specializing=True
             )
-            fn = self._compile_frame(self.gm, _static_fakes(args), self.cfg, recompile=again)
+            fn = self._compile_static(args, recompile=again)
             self._compiled[key] = fn
         return fn(*args)
+
+    def _compile_static(self, args: Sequence[Any], recompile: bool) -> Callable[..., Any]:
+        """The graph compiled for ``args``' shapes, with their Python ints as constants.
+
+        Size ints must be constants in the graph: AOTAutograd makes every int input a symbol
+        when it traces with a ShapeEnv (which ``_static_fakes`` needs), and a symbol is a
+        dynamic shape to Trainium (NC501). The signature keys on their values, so the
+        compiled graph takes the other inputs only.
+        """
+        ints = {i for i, a in enumerate(args) if type(a) is int}
+        if not ints:
+            return self._compile_frame(self.gm, _static_fakes(args), self.cfg, recompile=recompile)
+        gm = _with_constant_inputs(self.gm, {i: args[i] for i in ints})
+        rest = [a for i, a in enumerate(args) if i not in ints]
+        fn = self._compile_frame(gm, _static_fakes(rest), self.cfg, recompile=recompile)
+        return lambda *call_args: fn(*(a for i, a in enumerate(call_args) if i not in ints))
+
+
+def _with_constant_inputs(gm: fx.GraphModule, constants: dict[int, int]) -> fx.GraphModule:
+    """A copy of ``gm`` whose inputs at the keys of ``constants`` are those values instead."""
+    graph = fx.Graph()
+    env: dict[fx.Node, Any] = {}
+    placeholders = iter(range(len(gm.graph.find_nodes(op="placeholder"))))
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and (i := next(placeholders)) in constants:
+            env[node] = constants[i]
+        else:
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    return fx.GraphModule(gm, graph, gm.__class__.__name__)
 
 
 def _static_fakes(args: Sequence[Any]) -> list[Any]:

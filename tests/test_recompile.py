@@ -291,7 +291,7 @@ def test_floats_that_change_with_the_batch_size_compile_per_shape_like_eager():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecompileWarning)
         warnings.simplefilter("ignore", DowncastWarning)  # the float, as a float64 0-d tensor
-        warnings.simplefilter("ignore", FallbackWarning)  # + k of a changing int: eagerly
+        warnings.simplefilter("error", FallbackWarning)  # + k of a changing int: compiled too
         for batch, temp, k in [(2, 1.0, 1), (3, 0.5, -2), (4, 2.0, 3), (3, 0.7, 5)]:
             model.temp = temp
             x = torch.randn(batch, 3)
@@ -318,3 +318,21 @@ def test_while_loop_with_changing_batch_size_compiles_per_shape():
         for batch in (2, 3, 4):
             x = torch.randn(batch, 3)
             torch.testing.assert_close(compiled(x), f(x))
+
+
+def test_trn2_size_ints_of_automatic_dynamic_graphs_are_constants(monkeypatch):
+    """Dynamo passes a symbolic size as a Python int input; each per-shape trn2 graph must take it
+    as a constant (the ShapeEnv AOTAutograd traces with made it a symbol: NC501 on trn2)."""
+    monkeypatch.setenv("NEURON_COMPILE_TARGET", "trn2")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(x.shape[0] * 2, -1).sum(1) * x.shape[0]
+
+    compiled = torch.compile(f, backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecompileWarning)
+        warnings.simplefilter("error", FallbackWarning)
+        for batch in (2, 3, 4, 3):
+            x = torch.randn(batch, 6)
+            torch.testing.assert_close(compiled(x), f(x))
+    assert [r.recompile for r in neuron_compile.metrics()] == [False, True, True]
