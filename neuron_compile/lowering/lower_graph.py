@@ -379,6 +379,17 @@ def _storage(val: Any) -> Any:
     return StorageWeakRef(val.untyped_storage())
 
 
+def _spans_storage(val: Any) -> bool:
+    """``val`` is its whole storage: offset 0, dense, as many bytes as the storage. (Fake tensors
+    of multi-output views such as ``split`` do not say ``_is_view()``, so this asks the geometry.)"""
+    if _storage(val) is None or val.storage_offset() != 0 or val.numel() == 0:
+        return False
+    if not all(isinstance(v, int) for v in (*val.shape, *val.stride())):
+        return False
+    dense = val.is_contiguous() or _layout(val) is not None
+    return dense and val.numel() * val.element_size() == val.untyped_storage().nbytes()
+
+
 def _as_view(val: torch.Tensor, base: tuple[str, int, torch.Tensor] | None) -> OutputSpec | None:
     """``val`` as a view of ``base`` (kind, index, base value), if eager's ``val`` is one."""
     if base is None or base[2].dtype != val.dtype:
@@ -413,6 +424,30 @@ def _plan_outputs(
     # an in-place edit of the output bumps the saved tensor's version and autograd objects, as
     # in eager; two copies would silently differentiate the stale value.
     result_of: dict[fx.Node, int] = {}
+
+    def result(out: fx.Node) -> int:
+        if out not in result_of:
+            result_of[out] = len(results)
+            results.append(env[out])
+        return result_of[out]
+
+    # A user output spanning its whole storage is the base of every other output viewing that
+    # storage, wherever it stands among the outputs (``y[1], y``; ``y.t()[0], y``). A node that
+    # is no view op comes first: with ``y.t(), y`` the caller's ``y`` must not be a view, or
+    # autograd refuses in-place edits of the view AOTAutograd rebuilds from it (fake tensors do
+    # not say ``_is_view()`` here, so the graph does).
+    from ..passes.effects import alias_root  # lazy: passes import lowering
+
+    spanning: dict[Any, fx.Node] = {}
+    for out in flat[:n_user]:
+        if (
+            isinstance(out, fx.Node)
+            and out.op != "placeholder"
+            and _spans_storage(val := out.meta.get("val"))
+        ):
+            key = _storage(val)
+            if key not in spanning or alias_root(spanning[key]) is not spanning[key]:
+                spanning[key] = out
     for pos, out in enumerate(flat):
         if out is None:
             specs.append(OutputSpec("none"))
@@ -424,13 +459,13 @@ def _plan_outputs(
             if not isinstance(val, torch.Tensor):
                 specs.append(OutputSpec("const", value=val))
                 continue
-            if out not in result_of:
-                result_of[out] = len(results)
-                results.append(env[out])
+            index = result(out)
             key = _storage(val) if pos < n_user else None
+            if key is not None and key not in bases and (owner := spanning.get(key)) is not None:
+                bases[key] = ("result", result(owner), owner.meta["val"])
             base = bases.get(key) if key is not None else None
-            if base is not None and base[:2] == ("result", result_of[out]):
-                base = None  # the same node returned twice: the same tensor in both slots
+            if base is not None and base[:2] == ("result", index):
+                base = None  # the base itself, or the same node returned twice: one tensor
             if (view := _as_view(val, base)) is not None:
                 specs.append(view)
                 continue
@@ -439,10 +474,7 @@ def _plan_outputs(
                 # empty tensor is mostly made to be (``out=``) after the frame.
                 specs.append(OutputSpec("empty", -1, val.dtype, tuple(val.shape)))
                 continue
-            layout = _layout(val)
-            if key is not None and not val._is_view() and (layout or val.is_contiguous()):
-                bases.setdefault(key, ("result", result_of[out], val))
-            specs.append(OutputSpec("result", result_of[out], val.dtype, stride=layout))
+            specs.append(OutputSpec("result", index, val.dtype, stride=_layout(val)))
         else:
             specs.append(OutputSpec("const", value=out))
     return specs, results

@@ -10,7 +10,7 @@ the graph writes to the copy or to its source (directly or through a view), sinc
 is a real snapshot. Graph outputs keep their
 identity: a no-op is kept if dropping it would make an output the same object as a graph input
 (returning the input itself would make the caller's output alias its argument), and a copy is kept
-if dropping it would make two outputs one object. An ``alias`` of another output is dropped on
+if dropping it would make two outputs one object or an output a view of a graph input. An ``alias`` of another output is dropped on
 purpose: AOTAutograd returns ``(y, alias(y))`` when ``y`` is both a user output and a saved
 activation, and returning one tensor twice is what lets autograd see an in-place edit of ``y``.
 Ops with effects (``effects.has_effects``) are never removed; a copy a collective writes into
@@ -92,6 +92,13 @@ def _is_noop(node: fx.Node, written: set[fx.Node]) -> bool:
     return _same_meta(node, src, strides=True)
 
 
+def _copy_needed(src: fx.Node) -> bool:
+    """Whether an output's copy of ``src`` must stay: ``src`` is another output, or a view of a
+    graph input or attribute (an output in its place would alias the caller's tensor, and see the
+    writes AOTAutograd applies to inputs after the graph: ``old = x[0].clone(); x.add_(1)``)."""
+    return feeds_output(src) or alias_root(src).op in ("placeholder", "get_attr")
+
+
 def remove_noops(gm: fx.GraphModule) -> bool:
     written = mutated_roots(gm.graph)
     removed = 0
@@ -100,7 +107,7 @@ def remove_noops(gm: fx.GraphModule) -> bool:
             continue
         src = node.args[0]
         if feeds_output(node) and (
-            src.op == "placeholder" or (node.target in _COPIES and feeds_output(src))
+            src.op == "placeholder" or (node.target in _COPIES and _copy_needed(src))
         ):
             continue
         node.replace_all_uses_with(src)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from neuron_compile.passes import remove_noops
@@ -44,6 +45,42 @@ def test_clone_of_input_returned_as_output_is_kept():
     gm = trace_aten(lambda x: x.clone(), torch.randn(3))
     assert remove_noops(gm) is False
     assert aten.clone.default in _targets(gm)
+
+
+def test_clone_of_a_view_of_an_input_returned_as_output_is_kept():
+    # Without it the output is a view of the caller's tensor: it aliases the argument and sees
+    # the writes AOTAutograd applies to inputs after the graph.
+    gm = trace_aten(lambda x: x[0].clone(), torch.randn(2, 3))
+    assert remove_noops(gm) is False
+    assert aten.clone.default in _targets(gm)
+
+
+@pytest.mark.parametrize(
+    "snapshot, transposed",
+    [(lambda x: x[0].clone(), False), (lambda x: x[:, 0].clone(), True)]
+    + [(lambda x: x.view(-1).clone(), False)],
+    ids=["select", "column_of_transposed", "view"],
+)
+def test_snapshot_of_an_input_view_taken_before_an_in_place_update(snapshot, transposed):
+    """Compiled: the snapshot returned the input's updated values (the clone was dropped)."""
+
+    def f(x):
+        old = snapshot(x)
+        x.add_(1)
+        return old
+
+    x, y = (
+        (torch.zeros(3, 2).t(), torch.zeros(3, 2).t())
+        if transposed
+        else (
+            torch.zeros(2, 3),
+            torch.zeros(2, 3),
+        )
+    )
+    torch._dynamo.reset()
+    out = torch.compile(f, backend="neuron")(y)
+    torch.testing.assert_close(out, f(x), rtol=0, atol=0)
+    assert torch.equal(y, x) and out.untyped_storage().data_ptr() != y.untyped_storage().data_ptr()
 
 
 def test_same_dtype_casts_are_removed():
