@@ -29,7 +29,8 @@ fake storage) and rebuilds that storage as a flat 1-D tensor from the root's *va
 
 Layouts come from ``EagerLayouts`` (a fake replay of the ops, with eager's storage rule for the
 ``*_scatter`` ops), not from AOTAutograd's metadata, which records some results as fresh tensors
-where eager returns a view into a copied storage. A self-overlapping ``self`` of
+where eager returns a view into a copied storage (without such an op above the target, the replay
+would reproduce the metadata, and is skipped). A self-overlapping ``self`` of
 ``as_strided_scatter`` is cloned contiguously by eager, so it is addressed as such.
 
 Then ``as_strided(v, size, stride, off)`` becomes ``as_strided(flat, size, stride, abs_off)`` and
@@ -145,6 +146,10 @@ class EagerLayouts:
             if node not in needed:
                 needed.add(node)
                 stack.extend(node.all_input_nodes)
+        if not any(n.op == "call_function" and n.target in _CLONES_STORAGE for n in needed):
+            # The replay would give the recorded layouts (same fake kernels, placeholders'
+            # geometry) and costs a fake run of the whole graph above (~0.1 s for a conv net).
+            return
         try:
             self._replay([n for n in graph.nodes if n in needed])
         except Exception as e:  # noqa: BLE001 - any failure: use the recorded metadata

@@ -15,6 +15,7 @@ from torch._functorch.aot_autograd import aot_function, make_boxed_func
 
 from neuron_compile.errors import UnsupportedOpError
 from neuron_compile.passes import rebase_strided_views, run_pipeline
+from neuron_compile.passes.rebase_strided_views import EagerLayouts
 
 aten = torch.ops.aten
 
@@ -148,3 +149,21 @@ def test_rewritten_graph_reads_a_flat_storage_and_is_idempotent():
     assert source.dim() == 1 and source.numel() == 24 and node.args[3] == 0
     assert rebase_strided_views(gm) is False
     assert torch.equal(gm(x)[0], f(x))
+
+
+@pytest.mark.parametrize("scatter", [False, True])
+def test_layouts_are_replayed_only_above_a_storage_cloning_op(scatter):
+    """The replay (a fake run of everything above the as_strided) differs from AOTAutograd's
+    metadata only where a ``*_scatter`` op clones a storage; elsewhere it is skipped."""
+
+    def f(x):
+        y = (x + 1).reshape(3, 8)
+        if scatter:
+            y = aten.slice_scatter(y, torch.zeros(3, 2), 1, 0, 2)
+        return aten.as_strided(y.t(), (2, 2), (8, 1), 0)
+
+    gm = _graphs(f, torch.arange(24.0))
+    targets = [n for n in gm.graph.nodes if n.target is aten.as_strided.default]
+    layouts = EagerLayouts(gm.graph, targets)
+    assert bool(layouts.vals) is scatter
+    assert layouts(targets[0]).shape == (2, 2)
