@@ -487,7 +487,7 @@ COVERAGE_CASES += [
         "mode",
         lambda a: (torch.mode(a, 1).values, torch.mode(a, 0, keepdim=True).values),
         ((4, 9),),
-        dtypes=(*F32, torch.int32),
+        dtypes=(torch.int32, torch.int16),  # floats run eagerly (NaN: eager's sort decides)
         make=ties,
     ),
 ]

@@ -296,11 +296,6 @@ CASES: dict[str, tuple[Callable[..., Any], tuple[Callable[[], torch.Tensor], ...
         (lambda: torch.rand(X) * 5 + 0.1,),
         F32,
     ),
-    "mode-values": (
-        lambda a: torch.mode(a, 0).values,
-        (lambda: torch.randint(0, 3, (5, 4)).float(),),
-        F32,
-    ),
     # bit-level float ops: frexp's mantissa has gradient 2^-exponent
     "frexp-nextafter": (
         lambda a, b: torch.frexp(a * 5).mantissa + torch.nextafter(a, b),

@@ -1,4 +1,4 @@
-"""Regression tests for lowering bugs found by the model-level parity tests (one test per bug)."""
+"""Regression tests for lowering bugs found by the model-level parity tests and by fuzzing (one test per bug)."""
 
 from __future__ import annotations
 
@@ -101,3 +101,42 @@ def test_review_findings_of_the_long_tail_lowerings():
     with pytest.warns(DowncastWarning, match=r"float64 -> float32"):
         got = _compiled(torch.linalg.matrix_exp)(a)
     torch.testing.assert_close(got, torch.linalg.matrix_exp(a))
+
+
+def test_mode_of_floats_runs_eagerly_so_nan_counts_as_eager_counts_it():
+    # Eager's mode counts runs in a sort that leaves NaN unordered ([nan, nan, nan, 1, 0] -> nan
+    # at 0, [1, nan, 1, nan, 0] -> 0 at 4); the compiled pairwise count gave NaN no frequency.
+    from neuron_compile.fallback import FallbackWarning
+
+    nan = float("nan")
+    for values in ([nan, nan, nan, 1.0, 0.0], [1.0, nan, 1.0, nan, 0.0], [2.0, 2.0, 1.0]):
+        x = torch.tensor(values)
+        with pytest.warns(FallbackWarning, match="aten.mode"):
+            actual = _compiled(lambda x: x.mode(0))(x)
+        expected = x.mode(0)
+        torch.testing.assert_close(actual.values, expected.values, equal_nan=True)
+        assert actual.indices.item() == expected.indices.item()
+    ints = torch.tensor([[3, 1, 3, 2], [0, 0, 5, 5]], dtype=torch.int32)
+    torch.testing.assert_close(_compiled(lambda x: x.mode(1).values)(ints), ints.mode(1).values)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.float32])
+def test_any_and_all_keep_eagers_result_dtype(dtype):
+    # any/all of uint8 return uint8 in eager; the rules returned bool (NC102).
+    x = torch.tensor([[0, 3], [0, 0]]).to(dtype)
+    for fn in (lambda x: x.any(1), lambda x: x.all(0), lambda x: x.any(), lambda x: x.all()):
+        expected = fn(x)
+        actual = _compiled(fn)(x)
+        assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("value", [2.5, -3.7, 300, True, 0.1])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int32, torch.uint8])
+def test_copy_from_a_python_number_converts_as_eager(value, dtype):
+    # x.copy_(2.5) reached the copy rule with a number as its source (NC102).
+    def fn(x):
+        return x.copy_(value) * 1
+
+    expected = fn(torch.zeros(3, dtype=dtype))
+    actual = _compiled(fn)(torch.zeros(3, dtype=dtype))
+    assert actual.dtype == expected.dtype and torch.equal(actual, expected)

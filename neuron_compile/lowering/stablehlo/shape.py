@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from ..context import LoweringContext
+from ..context import LoweringContext, Scalar
 from ..emit import TensorType, Value
 from ..registry import lowering
 from ..rules import any_dtype, floats, normalize_dim
@@ -315,7 +315,13 @@ def _lower_arange(ctx: LoweringContext, *args: object, **kwargs: object) -> Valu
 
 
 @lowering(aten.copy.default, supports=any_dtype)
-def _lower_copy(ctx: LoweringContext, dst: Value, src: Value, non_blocking: bool = False) -> Value:
+def _lower_copy(
+    ctx: LoweringContext, dst: Value, src: Value | Scalar, non_blocking: bool = False
+) -> Value:
+    if not isinstance(src, Value):  # x.copy_(2.5): eager converts the number as a tensor would
+        return ctx.emit.full(
+            torch.tensor(src).to(ctx.out_dtype).item(), ctx.out_shape, ctx.out_dtype
+        )
     return ctx.broadcast_to(ctx.emit.convert(src, ctx.out_dtype), ctx.out_shape)
 
 

@@ -238,6 +238,12 @@ def _mode_support(node: fx.Node) -> str | None:
     x = node.args[0].meta["val"]
     if x.ndim == 0:
         return None
+    if x.dtype.is_floating_point:
+        # Eager counts runs in a sort whose comparator leaves NaN unordered: where NaNs are, its
+        # answer depends on that sort's element order ([1, nan, 1, nan, 0] gives 0).
+        return (
+            "mode of floating-point values runs eagerly (eager's answer with NaN follows its sort)"
+        )
     dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", -1)
     n = x.shape[normalize_dim(dim, x.ndim)]
     if n == 0 or n > _MODE_MAX_LEN:
@@ -249,7 +255,7 @@ def _mode_support(node: fx.Node) -> str | None:
 def _lower_mode(
     ctx: LoweringContext, x: Value, dim: int = -1, keepdim: bool = False
 ) -> tuple[Value, Value]:
-    """The most frequent value along ``dim`` (the smallest among equally frequent ones, as eager's
+    """The most frequent integer or bool along ``dim`` (the smallest among equally frequent ones, as eager's
     sorted scan picks) and an index holding it (the last; eager promises none in particular).
     Frequencies come from comparing every pair of elements along ``dim``."""
     e = ctx.emit
