@@ -374,3 +374,31 @@ def test_float64_made_inside_the_graph_is_announced_and_an_error_under_the_polic
     torch._dynamo.reset()
     err = _compile_error(f, torch.ones(3), options={"sixty_four_bit": "error"})
     assert err.code == "NC104" and "computing float64" in str(err)
+
+
+def test_int64_sums_of_narrower_integers_are_announced():
+    """Eager sums int32 into int64; narrowed, the sum wraps (3 * 2**30 gave -2**30) and no
+    input was 64-bit, so nothing said so."""
+
+    def f(x):
+        return x.sum(), x.cumsum(0), x * 2
+
+    x = torch.full((3,), 2**30, dtype=torch.int32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.compile(f, backend="neuron")(x)
+    messages = [str(w.message) for w in caught if issubclass(w.category, DowncastWarning)]
+    assert len(messages) == 1 and "2 op(s) computing int64" in messages[0]
+    assert "(int64 -> int32)" in messages[0] and "test_backend.py" in messages[0]
+
+    # int32 arithmetic narrows nothing; a mask's count or a uint8 sum always fits int32
+    for fn, arg in [
+        (lambda x: (x * 2).amax(), x),
+        (lambda b: (b.sum(1), b.cumsum(0), b.prod()), torch.rand(4, 6) > 0.5),
+        (lambda u: u.sum(), torch.full((1000,), 255, dtype=torch.uint8)),
+    ]:
+        torch._dynamo.reset()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.compile(fn, backend="neuron")(arg)
+        assert not [w for w in caught if issubclass(w.category, DowncastWarning)]

@@ -188,18 +188,48 @@ def _check_result(node: fx.Node, produced: list[Value | None]) -> None:
             )
 
 
-def _is_float64(val: Any) -> bool:
+def _has_dtype(val: Any, dtype: torch.dtype) -> bool:
     vals = val if isinstance(val, (tuple, list)) else (val,)
-    return any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in vals)
+    return any(isinstance(v, torch.Tensor) and v.dtype == dtype for v in vals)
 
 
-def _computes_float64(node: fx.Node) -> bool:
-    """True for an op that makes float64 values from no float64 input (``.double()``,
-    ``arange(dtype=float64)``): ops merely carrying float64 inputs along are covered by the
-    inputs' entries."""
-    if node.target is operator.getitem or not _is_float64(node.meta.get("val")):
+_aten = torch.ops.aten
+#: Integer reductions and scans eager widens to int64 (``int32.sum()`` is int64): narrowed, their
+#: results wrap past 2**31 where eager's do not.
+_SUMS = frozenset(
+    getattr(p, o) for p in (_aten.sum, _aten.nansum, _aten.cumsum) for o in p.overloads()
+)
+_PRODUCTS = frozenset(getattr(p, o) for p in (_aten.prod, _aten.cumprod) for o in p.overloads())
+#: the largest magnitude of each narrow integer dtype: a sum of fewer than 2**31 / bound of them
+#: fits int32, so counting a mask (``mask.sum()``, cross-entropy's non-ignored targets) is exact
+_BOUND = {torch.bool: 1, torch.uint8: 255, torch.int8: 128, torch.int16: 2**15}
+
+
+def _exact_in_int32(node: fx.Node) -> bool:
+    """An integer accumulation whose every possible result fits int32."""
+    x = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], fx.Node) else None
+    if not isinstance(x, torch.Tensor) or x.dtype not in _BOUND:
         return False
-    return not any(_is_float64(arg.meta.get("val")) for arg in node.all_input_nodes)
+    if node.target in _PRODUCTS:
+        return x.dtype == torch.bool
+    return _BOUND[x.dtype] * x.numel() < 2**31
+
+
+def _widens(node: fx.Node) -> torch.dtype | None:
+    """The 64-bit dtype an op makes from no input of that dtype, where narrowing it may change
+    values: float64 from any op (``.double()``, ``arange(dtype=float64)``), int64 from an integer
+    accumulation that can leave int32. Ops merely carrying 64-bit inputs along are covered by the
+    inputs' entries."""
+    if node.target is operator.getitem:
+        return None
+    accumulates = node.target in _SUMS or node.target in _PRODUCTS
+    wide = torch.float64, *((torch.int64,) if accumulates and not _exact_in_int32(node) else ())
+    for dtype in wide:
+        if _has_dtype(node.meta.get("val"), dtype) and not any(
+            _has_dtype(arg.meta.get("val"), dtype) for arg in node.all_input_nodes
+        ):
+            return dtype
+    return None
 
 
 def _empty_result(node: fx.Node) -> list[TensorType] | None:
@@ -282,7 +312,7 @@ def lower_graph(
     env: dict[fx.Node, Any] = {}
     inputs: list[InputSpec] = []
     downcasts: list[str] = []
-    wide: list[fx.Node] = []  # ops that make float64 values (computed as float32)
+    wide: dict[torch.dtype, list[fx.Node]] = {}  # ops that make 64-bit values (run narrowed)
     placeholder_index: dict[fx.Node, int] = {}
     n_placeholders = 0
 
@@ -328,15 +358,15 @@ def lower_graph(
             )
         elif node.op == "call_function":
             env[node] = lower_node(emitter, node, env, module)
-            if _computes_float64(node):
-                wide.append(node)
+            if (dtype := _widens(node)) is not None:
+                wide.setdefault(dtype, []).append(node)
         elif node.op == "output":
             emitter.current_node = None
-            if wide:  # inputs are listed by name above; float64 made inside, once per graph
-                first = wide[0]
+            for dtype, nodes in wide.items():  # inputs are listed by name above
                 downcasts.append(
-                    f"{len(wide)} op(s) computing float64, the first at "
-                    f"{os.path.basename(user_frame(first))}: torch.float64 -> torch.float32"
+                    f"{len(nodes)} op(s) computing {str(dtype).removeprefix('torch.')}, the first "
+                    f"at {os.path.basename(user_frame(nodes[0]))}: {dtype} -> "
+                    f"{canonical_dtype(dtype)}"
                 )
             if module.rng_arg_index is not None:
                 seed = emitter.args[module.rng_arg_index]
