@@ -12,6 +12,7 @@ the backward op too). One module per family:
 - ``indexing``: indexing ops whose PyTorch decomposition goes through Python indexing;
 - ``dropout``: ``native_dropout`` of an empty tensor (eager's float mask);
 - ``lerp``: ``lerp`` in float32, rounded once, as eager's kernel computes it;
+- ``logit``: ``logit`` clamped to bounds in the input's dtype, as eager's kernel does;
 - ``fma``: Inductor's ``prims.fma``, Dynamo's spelling of optimizers' ``addcmul_(value=)``
   (its table is made on demand: the prim exists only once Dynamo is loaded);
 - ``foreach``: the ``_foreach_*`` list ops of ``foreach=True`` optimizers, per tensor (made on
@@ -33,7 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import RegistryError
-from . import dropout, embedding, fma, foreach, indexing, legacy, lerp, sampling, segments
+from . import dropout, embedding, fma, foreach, indexing, legacy, lerp, logit, sampling, segments
 from .fast_path import FAST_PATH_DECOMPOSITIONS
 from .promoting import promoting_decompositions
 
@@ -43,7 +44,7 @@ __all__ = ["added_decompositions", "promoting_decompositions"]
 def added_decompositions() -> dict[Any, Any]:
     """Every family's ``DECOMPOSITIONS``, merged (the families cover disjoint ops)."""
     table: dict[Any, Any] = dict(FAST_PATH_DECOMPOSITIONS)
-    for family in (sampling, embedding, segments, indexing, dropout, lerp, legacy):
+    for family in (sampling, embedding, segments, indexing, dropout, lerp, logit, legacy):
         overlap = table.keys() & family.DECOMPOSITIONS.keys()
         if overlap:
             raise RegistryError(f"{family.__name__} decomposes ops decomposed already: {overlap}")

@@ -54,3 +54,15 @@ def test_scalar_exponents_and_bases_wrap_like_eager(exponent: int) -> None:
     torch._dynamo.reset()
     exponential = torch.compile(lambda x: exponent**x, backend="neuron")(values)
     assert torch.equal(exponential, exponent**values)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32])
+def test_a_negative_scalar_exponent_of_integers_raises_as_eager(dtype: torch.dtype) -> None:
+    # Eager refuses ``int_tensor ** -1``; compiled returned [1, -1, 0, 0]. The op runs eagerly.
+    x = torch.tensor([1, 0, 2], dtype=torch.int32).to(dtype)
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers"):
+        x**-1
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match="Integers to negative integer powers"):
+        with pytest.warns(Warning):  # the FallbackWarning of the op that runs eagerly
+            torch.compile(lambda x: x**-1, backend="neuron")(x)

@@ -140,3 +140,20 @@ def test_copy_from_a_python_number_converts_as_eager(value, dtype):
     expected = fn(torch.zeros(3, dtype=dtype))
     actual = _compiled(fn)(torch.zeros(3, dtype=dtype))
     assert actual.dtype == expected.dtype and torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("eps", [None, 1e-3, 0.25])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_logit_clamps_and_rounds_as_eagers_kernel(dtype, eps):
+    # Eager clamps to [eps, 1 - eps] with bounds in the input's dtype (1 - 1e-3 is 1.0 in
+    # bfloat16: inf above it) and computes op by op in that dtype; the reference decomposition
+    # computed in float32 (6.906 where eager gives inf; a quarter of half results an ulp off).
+    x = torch.cat([torch.linspace(-0.2, 1.2, 997), torch.tensor([0.0, 1.0, float("nan")])])
+    x = x.to(dtype)
+    fn = lambda x: torch.logit(x, eps=eps)  # noqa: E731
+    actual, expected = _compiled(fn)(x), fn(x)
+    if dtype == torch.float32:  # XLA's log is within an ulp of eager's
+        torch.testing.assert_close(actual, expected, equal_nan=True)
+    else:
+        assert torch.equal(actual.nan_to_num(), expected.nan_to_num())
+        assert torch.equal(actual.isnan(), expected.isnan())

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable
 
 import torch
+import torch.fx as fx
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND as Kind
 
 from ..context import LoweringContext
@@ -254,7 +255,20 @@ def _div_floor_float(
     return e.select(e.compare(b, zero, "EQ"), quotient, floordiv)
 
 
-@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, supports=any_dtype)
+def _pow_support(node: fx.Node) -> str | None:
+    why = any_dtype(node)
+    if why or node.target is not aten.pow.Tensor_Scalar:
+        return why
+    base, exp = node.args[0].meta.get("val"), node.args[1]
+    integral = isinstance(base, torch.Tensor) and not (
+        base.is_floating_point() or base.is_complex()
+    )
+    if integral and type(exp) is int and exp < 0:  # eager raises; run eagerly, it raises the same
+        return "integers to negative integer powers are not allowed (eager raises)"
+    return None
+
+
+@lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, supports=_pow_support)
 def _lower_pow(ctx: LoweringContext, a, b) -> Value:
     if ctx.node.target is aten.pow.Tensor_Scalar and b == 2:
         (a,) = ctx.promote(a, dtype=ctx.out_dtype)
