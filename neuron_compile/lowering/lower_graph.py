@@ -411,7 +411,7 @@ def _storage(val: Any) -> Any:
 
 def _spans_storage(val: Any) -> bool:
     """``val`` is its whole storage: offset 0, dense, as many bytes as the storage. (Fake tensors
-    of multi-output views such as ``split`` do not say ``_is_view()``, so this asks the geometry.)"""
+    of multi-output views such as ``split`` do not say ``_is_view()``: the geometry does.)"""
     if _storage(val) is None or val.storage_offset() != 0 or val.numel() == 0:
         return False
     if not all(isinstance(v, int) for v in (*val.shape, *val.stride())):

@@ -7,12 +7,12 @@ and same-shape ``view``/``reshape``/``_unsafe_view``/``expand``; ``clone``/``lif
 nor strides (memory format), of a value that is not a lazily conjugated or negated view
 (copying one resolves the conj/neg bit: ``view_as_real`` needs it resolved). Copies stay whenever
 the graph writes to the copy or to its source (directly or through a view), since then the copy
-is a real snapshot. Graph outputs keep their
-identity: a no-op is kept if dropping it would make an output the same object as a graph input
-(returning the input itself would make the caller's output alias its argument), and a copy is kept
-if dropping it would make two outputs one object or an output a view of a graph input. An ``alias`` of another output is dropped on
-purpose: AOTAutograd returns ``(y, alias(y))`` when ``y`` is both a user output and a saved
-activation, and returning one tensor twice is what lets autograd see an in-place edit of ``y``.
+is a real snapshot. Graph outputs keep their identity: a no-op is kept if dropping it would make
+an output the same object as a graph input (returning the input itself would make the caller's
+output alias its argument), and a copy is kept if dropping it would make two outputs one object
+or an output a view of a graph input. An ``alias`` of another output is dropped on purpose:
+AOTAutograd returns ``(y, alias(y))`` when ``y`` is both a user output and a saved activation,
+and returning one tensor twice is what lets autograd see an in-place edit of ``y``.
 Ops with effects (``effects.has_effects``) are never removed; a copy a collective writes into
 (``all_reduce_``) is a write like any other and stays.
 """

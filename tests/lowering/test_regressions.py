@@ -1,4 +1,5 @@
-"""Regression tests for lowering bugs found by the model-level parity tests and by fuzzing (one test per bug)."""
+"""Regression tests for lowering bugs found by the model-level parity tests and by fuzzing (one
+test per bug)."""
 
 from __future__ import annotations
 

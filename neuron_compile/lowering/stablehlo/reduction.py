@@ -93,18 +93,16 @@ def _lower_amin(ctx: LoweringContext, x: Value, dim=None, keepdim: bool = False)
 def _lower_any(ctx: LoweringContext, x: Value, dim=None, keepdim: bool = False) -> Value:
     dims = reduce_dims(dim, x.rank)
     reduced = ctx.emit.reduce_simple(ctx.emit.convert(x, torch.bool), False, dims, "or")
-    return ctx.emit.convert(
-        keep_dims(ctx, reduced, x, dims, keepdim), ctx.out_dtype
-    )  # uint8: uint8
+    # eager's result is bool, or uint8 for uint8
+    return ctx.emit.convert(keep_dims(ctx, reduced, x, dims, keepdim), ctx.out_dtype)
 
 
 @lowering(aten.all.dim, aten.all.dims, aten.all.default, supports=any_dtype)
 def _lower_all(ctx: LoweringContext, x: Value, dim=None, keepdim: bool = False) -> Value:
     dims = reduce_dims(dim, x.rank)
     reduced = ctx.emit.reduce_simple(ctx.emit.convert(x, torch.bool), True, dims, "and")
-    return ctx.emit.convert(
-        keep_dims(ctx, reduced, x, dims, keepdim), ctx.out_dtype
-    )  # uint8: uint8
+    # eager's result is bool, or uint8 for uint8
+    return ctx.emit.convert(keep_dims(ctx, reduced, x, dims, keepdim), ctx.out_dtype)
 
 
 def moments(

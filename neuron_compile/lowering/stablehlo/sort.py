@@ -255,9 +255,9 @@ def _mode_support(node: fx.Node) -> str | None:
 def _lower_mode(
     ctx: LoweringContext, x: Value, dim: int = -1, keepdim: bool = False
 ) -> tuple[Value, Value]:
-    """The most frequent integer or bool along ``dim`` (the smallest among equally frequent ones, as eager's
-    sorted scan picks) and an index holding it (the last; eager promises none in particular).
-    Frequencies come from comparing every pair of elements along ``dim``."""
+    """The most frequent integer or bool along ``dim`` (the smallest among equally frequent ones,
+    as eager's sorted scan picks) and an index holding it (the last; eager promises none in
+    particular). Frequencies come from comparing every pair of elements along ``dim``."""
     e = ctx.emit
     out_idx = ctx.out_type(1).dtype
     if x.rank == 0:
