@@ -120,7 +120,7 @@ class _OutputPlan:
         for index, stride in self.restrides:  # one copy, as eager's kernel would have written
             r = results[index]
             if r.stride() != stride:
-                results[index] = torch.empty_strided(r.shape, stride, dtype=r.dtype).copy_(r)
+                results[index] = _laid_out(r, stride)
         src = results + inputs + self.tail
         if self.scatter is not None:
             src.append(token_holding(list(self.scatter(src))))
@@ -131,6 +131,16 @@ class _OutputPlan:
             b = src[base]
             src.append(b.as_strided(size, stride, b.storage_offset() + offset))
         return list(self.outputs(src))
+
+
+def _laid_out(r: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    """``r``'s values with eager's ``stride``; a 0 stride (a broadcast dim) keeps one element of
+    that dim, which the others then share, as in eager's expanded tensor."""
+    if 0 not in stride:
+        return torch.empty_strided(r.shape, stride, dtype=r.dtype).copy_(r)
+    one = r[tuple(slice(0, 1) if step == 0 else slice(None) for step in stride)]
+    dense = torch.empty_strided(one.shape, [step or 1 for step in stride], dtype=r.dtype)
+    return dense.copy_(one).as_strided(r.shape, stride)
 
 
 class _FastPlan:

@@ -400,6 +400,28 @@ def _layout(val: torch.Tensor) -> tuple[int, ...] | None:
     return None if val.is_contiguous() else tuple(stride)
 
 
+def _broadcast_layout(val: torch.Tensor) -> tuple[int, ...] | None:
+    """The strides of an expanded (broadcast) ``val``, stride 0 in its broadcast dims, when the
+    rest is dense (``x.sum(0, keepdim=True).expand(3, 4)``: ``(0, 1)``); else None. The caller
+    gets eager's layout: the values along the broadcast dims share one element."""
+    stride, shape = val.stride(), val.shape
+    if (
+        val.numel() <= 1
+        or 0 not in stride
+        or not all(isinstance(v, int) for v in (*stride, *shape))
+    ):
+        return None
+    dims = sorted(
+        (p for p in zip(shape, stride, strict=True) if p[0] != 1 and p[1]), key=lambda p: p[1]
+    )
+    expected = 1
+    for size, step in dims:
+        if step != expected:
+            return None
+        expected *= size
+    return tuple(stride)
+
+
 def _storage(val: Any) -> Any:
     """A key for ``val``'s storage (views share it), or None for a non-tensor or no storage."""
     from torch.multiprocessing.reductions import StorageWeakRef
@@ -504,7 +526,8 @@ def _plan_outputs(
                 # empty tensor is mostly made to be (``out=``) after the frame.
                 specs.append(OutputSpec("empty", -1, val.dtype, tuple(val.shape)))
                 continue
-            specs.append(OutputSpec("result", index, val.dtype, stride=_layout(val)))
+            layout = _layout(val) or _broadcast_layout(val)
+            specs.append(OutputSpec("result", index, val.dtype, stride=layout))
         else:
             specs.append(OutputSpec("const", value=out))
     return specs, results

@@ -53,3 +53,31 @@ def test_the_fx_index_carries_output_strides():
     lowered = lower_graph(gm)
     assert [o.stride for o in lowered.outputs] == [(2048, 1, 32)]
     assert index_roundtrip(lowered).outputs == lowered.outputs
+
+
+def _expanded_outputs(x):
+    s = x.sum(0, keepdim=True)
+    return s.expand(3, 4), x.sum().expand(5), x[:, None, :].expand(3, 2, 4) * 1, s.t().expand(4, 2)
+
+
+def test_expanded_outputs_keep_their_broadcast_strides():
+    """Eager's expanded results share one element along each broadcast dim (stride 0): a write
+    to one shows in all. They came back dense, so a write changed one row only."""
+    x = torch.randn(3, 4)
+    torch._dynamo.reset()
+    compiled = torch.compile(_expanded_outputs, backend="neuron")(x)
+    eager = _expanded_outputs(x)
+    for c, e in zip(compiled, eager, strict=True):
+        torch.testing.assert_close(c, e)
+        assert c.stride() == e.stride(), (c.stride(), e.stride())
+    compiled[0][0, 0] = eager[0][0, 0] = 5.0
+    assert compiled[0][:, 0].tolist() == eager[0][:, 0].tolist() == [5.0] * 3
+
+
+def test_an_expanded_gradient_has_eagers_strides():
+    grads = []
+    for fn in (torch.sum, torch.compile(torch.sum, backend="neuron")):
+        x = torch.randn(3, 4, requires_grad=True)
+        grads.append(torch.autograd.grad(fn(x), x)[0])
+    assert grads[0].stride() == grads[1].stride() == (0, 0)
+    torch.testing.assert_close(grads[1], grads[0])
