@@ -11,10 +11,14 @@ are not report findings:
   a valid index fits int32, and an invalid one is an error either way;
 - BatchNorm's ``num_batches_tracked``: a step counter only ever incremented by 1;
 - activations a backward graph reads from its forward: the forward computed them narrowed.
+
+64-bit values an op makes inside a graph (``widens``) are one entry per dtype: any float64, and
+int64 sums and products of narrower integers unless every result fits int32 (a mask's count).
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import defaultdict
 
@@ -189,6 +193,47 @@ def describe(node: fx.Node, label: str | None, position: int, old: object, new: 
     if old == torch.int64 and index_only(node):
         return f"{name}: {change}{EXEMPT}used only as an index]"
     return f"{name}: {change}"
+
+
+def _has_dtype(val: object, dtype: torch.dtype) -> bool:
+    vals = val if isinstance(val, (tuple, list)) else (val,)
+    return any(isinstance(v, torch.Tensor) and v.dtype == dtype for v in vals)
+
+
+#: Integer reductions and scans eager widens to int64 (``int32.sum()`` is int64): narrowed, their
+#: results wrap past 2**31 where eager's do not.
+_SUMS = _overloads(_aten.sum, _aten.nansum, _aten.cumsum)
+_PRODUCTS = _overloads(_aten.prod, _aten.cumprod)
+#: the largest magnitude of each narrow integer dtype: a sum of fewer than 2**31 / bound of them
+#: fits int32, so counting a mask (``mask.sum()``, cross-entropy's non-ignored targets) is exact
+_BOUND = {torch.bool: 1, torch.uint8: 255, torch.int8: 128, torch.int16: 2**15}
+
+
+def _exact_in_int32(node: fx.Node) -> bool:
+    """An integer accumulation whose every possible result fits int32."""
+    x = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], fx.Node) else None
+    if not isinstance(x, torch.Tensor) or x.dtype not in _BOUND:
+        return False
+    if node.target in _PRODUCTS:
+        return x.dtype == torch.bool
+    return _BOUND[x.dtype] * x.numel() < _INDEX_LIMIT
+
+
+def widens(node: fx.Node) -> torch.dtype | None:
+    """The 64-bit dtype an op makes from no input of that dtype, where narrowing it may change
+    values: float64 from any op (``.double()``, ``arange(dtype=float64)``), int64 from an integer
+    accumulation that can leave int32. Ops merely carrying 64-bit inputs along are covered by the
+    inputs' entries."""
+    if node.target is operator.getitem:
+        return None
+    accumulates = node.target in _SUMS or node.target in _PRODUCTS
+    wide = torch.float64, *((torch.int64,) if accumulates and not _exact_in_int32(node) else ())
+    for dtype in wide:
+        if _has_dtype(node.meta.get("val"), dtype) and not any(
+            _has_dtype(arg.meta.get("val"), dtype) for arg in node.all_input_nodes
+        ):
+            return dtype
+    return None
 
 
 def warned(downcasts: list[str]) -> list[str]:

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx as fx
+from torch._prims_common import is_non_overlapping_and_dense_or_false
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..collectives import reachable_ranks, world
 from ..errors import BUG_HINT, LoweringError, UnsupportedOpError, user_frame
-from ..narrowing import describe
+from ..narrowing import describe, widens
 from . import registry
 from .context import (
     CollectiveInfo,
@@ -188,50 +189,6 @@ def _check_result(node: fx.Node, produced: list[Value | None]) -> None:
             )
 
 
-def _has_dtype(val: Any, dtype: torch.dtype) -> bool:
-    vals = val if isinstance(val, (tuple, list)) else (val,)
-    return any(isinstance(v, torch.Tensor) and v.dtype == dtype for v in vals)
-
-
-_aten = torch.ops.aten
-#: Integer reductions and scans eager widens to int64 (``int32.sum()`` is int64): narrowed, their
-#: results wrap past 2**31 where eager's do not.
-_SUMS = frozenset(
-    getattr(p, o) for p in (_aten.sum, _aten.nansum, _aten.cumsum) for o in p.overloads()
-)
-_PRODUCTS = frozenset(getattr(p, o) for p in (_aten.prod, _aten.cumprod) for o in p.overloads())
-#: the largest magnitude of each narrow integer dtype: a sum of fewer than 2**31 / bound of them
-#: fits int32, so counting a mask (``mask.sum()``, cross-entropy's non-ignored targets) is exact
-_BOUND = {torch.bool: 1, torch.uint8: 255, torch.int8: 128, torch.int16: 2**15}
-
-
-def _exact_in_int32(node: fx.Node) -> bool:
-    """An integer accumulation whose every possible result fits int32."""
-    x = node.args[0].meta.get("val") if node.args and isinstance(node.args[0], fx.Node) else None
-    if not isinstance(x, torch.Tensor) or x.dtype not in _BOUND:
-        return False
-    if node.target in _PRODUCTS:
-        return x.dtype == torch.bool
-    return _BOUND[x.dtype] * x.numel() < 2**31
-
-
-def _widens(node: fx.Node) -> torch.dtype | None:
-    """The 64-bit dtype an op makes from no input of that dtype, where narrowing it may change
-    values: float64 from any op (``.double()``, ``arange(dtype=float64)``), int64 from an integer
-    accumulation that can leave int32. Ops merely carrying 64-bit inputs along are covered by the
-    inputs' entries."""
-    if node.target is operator.getitem:
-        return None
-    accumulates = node.target in _SUMS or node.target in _PRODUCTS
-    wide = torch.float64, *((torch.int64,) if accumulates and not _exact_in_int32(node) else ())
-    for dtype in wide:
-        if _has_dtype(node.meta.get("val"), dtype) and not any(
-            _has_dtype(arg.meta.get("val"), dtype) for arg in node.all_input_nodes
-        ):
-            return dtype
-    return None
-
-
 def _empty_result(node: fx.Node) -> list[TensorType] | None:
     """The types of ``node``'s results when every one is a tensor without elements (one tensor,
     or a tuple such as ``cummax``'s values and indices), else None.
@@ -358,7 +315,7 @@ def lower_graph(
             )
         elif node.op == "call_function":
             env[node] = lower_node(emitter, node, env, module)
-            if (dtype := _widens(node)) is not None:
+            if (dtype := widens(node)) is not None:
                 wide.setdefault(dtype, []).append(node)
         elif node.op == "output":
             emitter.current_node = None
@@ -411,14 +368,13 @@ def _broadcast_layout(val: torch.Tensor) -> tuple[int, ...] | None:
         or not all(isinstance(v, int) for v in (*stride, *shape))
     ):
         return None
-    dims = sorted(
-        (p for p in zip(shape, stride, strict=True) if p[0] != 1 and p[1]), key=lambda p: p[1]
+    rest = torch.empty_strided(  # the broadcast dims at size 1: dense?
+        [1 if step == 0 else size for size, step in zip(shape, stride, strict=True)],
+        stride,
+        device="meta",
     )
-    expected = 1
-    for size, step in dims:
-        if step != expected:
-            return None
-        expected *= size
+    if not is_non_overlapping_and_dense_or_false(rest):
+        return None
     return tuple(stride)
 
 
