@@ -20,6 +20,8 @@ aten = torch.ops.aten
 
 
 def logit(x: Tensor, eps: float | None = None) -> Tensor:
+    if not x.is_floating_point():  # integers and bools: in the default float dtype, as eager
+        x = x.to(torch.get_default_dtype())
     dtype = x.dtype
     if eps is not None and eps >= 0:  # a negative eps clamps nothing, as None
         lo = torch.full((), eps, dtype=dtype)

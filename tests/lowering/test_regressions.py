@@ -144,7 +144,7 @@ def test_copy_from_a_python_number_converts_as_eager(value, dtype):
 
 
 @pytest.mark.parametrize("eps", [None, 1e-3, 0.25])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.int32])
 def test_logit_clamps_and_rounds_as_eagers_kernel(dtype, eps):
     # Eager clamps to [eps, 1 - eps] with bounds in the input's dtype (1 - 1e-3 is 1.0 in
     # bfloat16: inf above it) and computes op by op in that dtype; the reference decomposition
@@ -153,7 +153,8 @@ def test_logit_clamps_and_rounds_as_eagers_kernel(dtype, eps):
     x = x.to(dtype)
     fn = lambda x: torch.logit(x, eps=eps)  # noqa: E731
     actual, expected = _compiled(fn)(x), fn(x)
-    if dtype == torch.float32:  # XLA's log is within an ulp of eager's
+    assert actual.dtype == expected.dtype
+    if dtype in (torch.float32, torch.int32):  # XLA's log is within an ulp of eager's
         torch.testing.assert_close(actual, expected, equal_nan=True)
     else:
         assert torch.equal(actual.nan_to_num(), expected.nan_to_num())
