@@ -1,23 +1,25 @@
 """The trn forms of the ops whose reference lowering is a reduce-window neuronx-cc rejects.
 
 neuronx-cc accepts a ``reduce_window`` only over one operand, without base or window dilation
-(NCC_EVRF017/018/019, ``legality_windows.py``). Two reference rules break that:
+(NCC_EVRF017/018/019, ``legality_windows.py``). Max pooling with indices breaks that; cummax and
+cummin get a form of their own too:
 
 * **max pooling with indices** (``pooling.py``) is one variadic reduce-window over (value, flat
   index) pairs, with ``window_dilations = dilation``. Here every window tap becomes a strided
   slice of the padded input (a dilation is only the tap's offset), the taps are stacked on a new
   trailing axis, and one variadic ``stablehlo.reduce`` (legal) combines them with the reference's
   own combiner ``max_with_index``.
-* **cummax / cummin** (``scan.py``) are a variadic reduce-window over (value, index) pairs. Here
-  they are a Hillis-Steele scan: ``ceil(log2 N)`` rounds, each combining every element with the
-  one ``2**k`` before it (the init pair where there is none), by the reference's combiner
+* **cummax / cummin** (``scan.py``) are two one-operand reduce-windows, O(N^2) per row (legal).
+  Here they are a Hillis-Steele scan, O(N log N): ``ceil(log2 N)`` rounds, each combining every
+  element with the one ``2**k`` before it (the init pair where there is none), by
   ``arg_combiner``.
 
 Both combiners are total orders on (value, index) pairs (NaN and tie rules included), so the
 result is the greatest pair of the same window whatever the grouping: bit-identical to the
-reference, values and indices alike. Every other reduce-window we emit is already legal (one
-operand, no dilation): cumsum/cumprod/logcumsumexp, average pooling and its backward, divisible
-adaptive average pooling, and the internal scans of indexing/random draws.
+reference, values and indices alike (the cummax reference selects the same elements). Every
+other reduce-window we emit is already legal (one operand, no dilation):
+cumsum/cumprod/logcumsumexp, cummax/cummin, average pooling and its backward, divisible adaptive
+average pooling, and the internal scans of indexing/random draws.
 """
 
 from __future__ import annotations

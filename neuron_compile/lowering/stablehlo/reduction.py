@@ -223,7 +223,7 @@ def arg_combiner(
     """Combiner of (value, index) pairs for a variadic reduce: the max (``largest``) or min of a
     total order, so XLA may combine in any order. NaN beats every number (torch propagates NaN);
     among equal values (and among NaNs) the smaller index wins, or the larger one when
-    ``later_on_ties`` (torch's cummax/cummin)."""
+    ``later_on_ties`` (torch's cummax/cummin, whose trn form uses this)."""
     e = ctx.emit
 
     def combine(av: Value, ai: Value, bv: Value, bi: Value) -> list[Value]:

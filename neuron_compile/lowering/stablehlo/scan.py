@@ -17,7 +17,7 @@ from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
 from ..rules import INDEX, any_dtype, floats, minmax_init, normalize_dim
-from .reduction import accumulated, arg_combiner
+from .reduction import accumulated
 
 aten = torch.ops.aten
 
@@ -68,18 +68,43 @@ def _lower_cumprod(ctx: LoweringContext, x: Value, dim: int, **_: object) -> Val
     return _accumulating(ctx, x, dim, "multiply", 1)
 
 
+def _later_wins(ctx: LoweringContext, a: Value, b: Value, largest: bool) -> Value:
+    """Whether the later element ``b`` is the running max/min after ``a``: ties go to the later
+    one and NaN beats every number, later NaNs too (torch's cummax/cummin). Associative: the
+    rightmost maximum of a total order."""
+    e = ctx.emit
+    wins = e.compare(b, a, "GE" if largest else "LE")
+    if b.dtype.is_floating_point:
+        wins = e.binary("or", wins, e.compare(b, b, "NE"))
+    return wins
+
+
 @lowering(aten.cummax.default, aten.cummin.default, supports=any_dtype)
 def _lower_cummax_cummin(ctx: LoweringContext, x: Value, dim: int) -> tuple[Value, Value]:
-    """Running max/min with its index; on ties (and among NaNs) torch reports the latest index."""
+    """Running max/min with its index; on ties (and among NaNs) torch reports the latest index.
+
+    Two single-array scans, not one over (value, index) pairs: XLA CPU aborts the process
+    (``std::bad_alloc``) compiling a two-array ``reduce_window`` whose window exceeds 256. The
+    index is the latest position where ``x`` equals the running value (any NaN, once it is NaN):
+    the running value changes only where an element attains it."""
     e = ctx.emit
     if x.rank == 0:
         return x, e.full(0, (), INDEX)
     dim = normalize_dim(dim, x.rank)
     largest = ctx.node.target is aten.cummax.default
-    # The init pair loses every comparison: the weakest value with index -1 (ties go later).
-    inits = [e.scalar(minmax_init(x.dtype, largest), x.dtype), e.scalar(-1, INDEX)]
-    values, indices = scan(
-        ctx, [x, e.iota(x.shape, dim, INDEX)], inits, dim, arg_combiner(ctx, largest, True)
+    (values,) = scan(
+        ctx,
+        [x],
+        [e.scalar(minmax_init(x.dtype, largest), x.dtype)],
+        dim,
+        lambda a, b: [e.select(_later_wins(ctx, a, b, largest), b, a)],
+    )
+    attained = e.compare(x, values, "EQ")
+    if x.dtype.is_floating_point:
+        attained = e.binary("or", attained, e.compare(x, x, "NE"))
+    marks = e.select(attained, e.iota(x.shape, dim, INDEX), e.full(-1, x.shape, INDEX))
+    (indices,) = scan(
+        ctx, [marks], [e.scalar(-1, INDEX)], dim, lambda a, b: [e.binary("maximum", a, b)]
     )
     return values, indices
 

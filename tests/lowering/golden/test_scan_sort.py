@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import torch
 from torch.testing import FileCheck
 
@@ -33,14 +37,16 @@ def test_bf16_cumsum_accumulates_in_f32_and_rounds_once():
     ).check("tensor<4x8xf32>) -> tensor<4x8xbf16>").run(text)
 
 
-def test_cummax_scans_value_index_pairs_ties_to_later_index():
+def test_cummax_scans_values_then_the_latest_index_attaining_them():
     text = lower_to_text(lambda x: x.cummax(1), X)
-    # The first comparison in the body is the tie-break on indices: GT = the later index wins.
-    FileCheck().check("stablehlo.iota dim = 1").check("stablehlo.reduce_window").check(
-        "stablehlo.compare GT"
-    ).check_same("SIGNED").check("stablehlo.return").check_same("tensor<f32>, tensor<i32>").run(
-        text
-    )
+    # Two one-operand scans (XLA CPU aborts compiling a two-operand one past 256 elements):
+    # the values, the later one winning ties (GE, later operand first) and NaN; then the latest
+    # index where x equals the running value.
+    FileCheck().check("stablehlo.reduce_window").check("stablehlo.compare GE, %arg2, %arg1").check(
+        "stablehlo.select"
+    ).check("stablehlo.compare EQ, %arg0").check("stablehlo.iota dim = 1").check(
+        "stablehlo.reduce_window"
+    ).check("stablehlo.maximum").check_same("tensor<i32>").run(text)
 
 
 def test_logcumsumexp_combines_with_log1p_of_exp():
@@ -108,3 +114,23 @@ def test_bucketize_counts_boundaries_below_without_a_search_loop():
     ).check("stablehlo.reduce").check_same("dimensions = [2]").check_not("stablehlo.while").run(
         text
     )
+
+
+_LONG_CUMMAX = """
+import torch
+x = torch.randn(2, 300)
+x[0, 100:140] = 2.5  # ties: the latest index wins
+x[1, 7] = float("nan")
+for op in (torch.cummax, torch.cummin):
+    f = lambda t: op(t, 1)
+    (ev, ei), (cv, ci) = f(x), torch.compile(f, backend="neuron")(x)
+    assert torch.equal(ei, ci) and torch.equal(ev.nan_to_num(9.0), cv.nan_to_num(9.0)), op
+print("ok")
+"""
+
+
+def test_cummax_over_more_than_256_elements_compiles_and_matches_eager():
+    """XLA CPU aborted the whole process (std::bad_alloc) compiling the two-operand scan."""
+    env = dict(os.environ, NEURON_COMPILE_CACHE_DIR="off")
+    done = subprocess.run([sys.executable, "-c", _LONG_CUMMAX], env=env, capture_output=True)
+    assert done.returncode == 0 and done.stdout.strip() == b"ok", done.stderr.decode()[-2000:]
