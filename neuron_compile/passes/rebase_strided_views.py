@@ -344,6 +344,15 @@ def _rewrite(rw: _Rewriter, node: fx.Node) -> bool:
     if flat is None:
         if view.dtype != root_val.dtype:
             raise _refuse(node, f"a {view.dtype} view of a caller's {root_val.dtype} view")
+        if not _given(node, off_at):
+            # No offset means the view's own, which is the caller's at run time: the traced one
+            # would be baked in, and a later call's view of another offset read the wrong place.
+            if view.storage_offset() != root_val.storage_offset():
+                raise _refuse(node, "no storage_offset, on a view shifted from a caller's view")
+            if root is view_node:
+                return False
+            node.args, node.kwargs = (root, size, stride), {}
+            return True
         if root is view_node and node.args[off_at:] == (offset,):
             return False
         flat = root  # a caller's tensor: the op runs eagerly on it (see the module docstring)

@@ -79,6 +79,29 @@ def test_as_strided_without_offset_keeps_the_views_offset():
     _check(f, torch.arange(24.0).reshape(3, 2, 4))
 
 
+def test_as_strided_without_offset_of_a_callers_view_follows_each_calls_offset():
+    """No offset means the caller's view's own, call by call: the first call's was baked in, so
+    a same-shaped view at another offset read the wrong place (or out of its storage)."""
+    f = lambda y: y.as_strided((2, 3), (3, 1)) * 1  # noqa: E731
+    # t() keeps y's offset: the view may be taken of an in-graph view of the caller's
+    g = lambda y: y.t().as_strided((2, 2), (1, 3)) + 1  # noqa: E731
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cf, cg = torch.compile(f, backend="neuron"), torch.compile(g, backend="neuron")
+        base, rows = torch.arange(30.0), torch.arange(40.0).reshape(4, 10)
+        for y in (base[5:15], base[3:13], torch.arange(10.0)):
+            assert torch.equal(cf(y), f(y))
+        for y in (rows[:, 2:5], rows[:, 1:4]):
+            assert torch.equal(cg(y), g(y))
+
+
+def test_as_strided_without_offset_on_a_shifted_view_of_a_callers_view_is_refused():
+    f = lambda y: y[1:].as_strided((2, 2), (2, 1)) * 1  # noqa: E731
+    with pytest.raises(UnsupportedOpError, match=r"(?s)\[NC101\].*shifted from a caller's view"):
+        _compiled(f, torch.arange(30.0)[5:15])
+
+
 def test_as_strided_scatter_into_a_view_keeps_the_whole_storage():
     def f(x):
         out = aten.as_strided_scatter((x + 1)[1:], torch.zeros(2, 2), (2, 2), (8, 1), 0)
