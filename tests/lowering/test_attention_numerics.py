@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from neuron_compile.compiler import DowncastWarning
 from tests.helpers import assert_close_tree
 
 B, H, L, S, D = 2, 4, 6, 5, 8
@@ -63,3 +64,29 @@ def test_sdpa_matches_eager_with_eagers_grad_layout(case, dtype):
     assert [t.stride() for t in grads] == [t.stride() for t in e_grads]
     if kw.get("attn_mask") is not None:
         assert torch.equal(out[:, :, 2], torch.zeros_like(out[:, :, 2]))
+
+
+@pytest.mark.parametrize("case", ["plain", "causal", "gqa"])
+def test_float64_sdpa_backward_runs_in_float32_as_the_64_bit_policy_says(case):
+    """Eager's flash op saves a float64 log-sum-exp for float64 inputs; the backward's reference
+    mixed it into float32 products and failed to trace (NC102)."""
+    kw = dict(CASES[case])
+    kv_heads = kw.pop("kv_heads", H)
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
+    k, v = (torch.randn(B, kv_heads, S, D, generator=g, dtype=torch.float64) for _ in range(2))
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, **kw)
+
+    def run(fn):
+        ins = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = fn(*ins)
+        return out, torch.autograd.grad(out, ins, torch.ones_like(out))
+
+    torch._dynamo.reset()
+    with pytest.warns(DowncastWarning):
+        out, grads = run(torch.compile(attend, backend="neuron"))
+    e_out, e_grads = run(attend)
+    assert out.dtype == torch.float64 and all(t.dtype == torch.float64 for t in grads)
+    assert_close_tree((out, grads), (e_out, e_grads), atol=1e-5, rtol=1e-5)

@@ -97,7 +97,7 @@ def attention_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` from the saved ``out`` and ``lse`` (FlashAttention-2's backward)."""
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    p = torch.exp(attention_scores(q, k, is_causal, scale, attn_mask) - lse.unsqueeze(-1))
+    p = torch.exp(attention_scores(q, k, is_causal, scale, attn_mask) - lse.float().unsqueeze(-1))
     do = dout.float()
     grouped = q.dim() == 4
     kf = (_expand_heads(k, q.shape[1]) if grouped else k).float()
