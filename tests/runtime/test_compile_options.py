@@ -1,6 +1,6 @@
 """The executor's XLA CPU settings: every module compiles through the classic emitters at LLVM
--O1 (about twice as fast to compile as XLA's defaults), and gets the same numbers as with XLA's
-defaults up to rounding."""
+-O1 (about twice as fast to compile as XLA's defaults) into four LLVM modules, and gets the same
+numbers as with XLA's defaults up to rounding; the split alone changes no bit."""
 
 from __future__ import annotations
 
@@ -31,11 +31,50 @@ def _settings(options: xla_client.CompileOptions) -> tuple[int, list]:
     return level, list(options.env_option_overrides)
 
 
-def test_every_module_compiles_with_classic_emitters_at_o1() -> None:
+def test_every_module_compiles_with_classic_emitters_at_o1_in_four_parts() -> None:
     default = _settings(xla_client.CompileOptions())
     tuned = _settings(xla_cpu.compile_options(xla_client.CompileOptions()))
-    assert tuned == (1, [("xla_cpu_use_fusion_emitters", False)])
+    assert tuned == (
+        1,
+        [("xla_cpu_use_fusion_emitters", False), ("xla_cpu_parallel_codegen_split_count", 4)],
+    )
     assert tuned != default
+
+
+def _reductions(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Eight reductions XLA cannot fuse with one another: kernels for more than four modules."""
+    return (
+        x.sum(0),
+        x.exp().sum(1),
+        x.amax(0),
+        torch.tanh(x).mean(1),
+        x.softmax(1),
+        torch.erf(x).sum(0),
+        (x * x).sum(1).rsqrt(),
+        x.logsumexp(0),
+    )
+
+
+def _run(art: bytes, args: list[torch.Tensor], options: xla_client.CompileOptions) -> list:
+    backend, _, devices, _ = xla_cpu._client()
+    importer = xla_cpu._importer()
+    outs = backend.compile_and_load(art, devices, options).execute([importer(a) for a in args])
+    return [xla_cpu.to_torch(o).clone() for o in outs]
+
+
+def test_the_codegen_split_changes_no_bit() -> None:
+    """XLA's default split (32 modules) and ours (4) compile the same kernels: same bits."""
+    torch.manual_seed(0)
+    args = [torch.randn(64, 48)]
+    art = _artifact(_reductions, *args)
+    ours = xla_cpu.compile_options(xla_client.CompileOptions())
+    xla_split = xla_cpu.compile_options(xla_client.CompileOptions())
+    xla_split.env_option_overrides = [
+        ("xla_cpu_use_fusion_emitters", False),
+        ("xla_cpu_parallel_codegen_split_count", 32),
+    ]
+    a, b = _run(art, args, ours), _run(art, args, xla_split)
+    assert len(a) == 8 and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 @pytest.mark.parametrize(
@@ -47,15 +86,12 @@ def test_our_settings_and_xlas_defaults_give_the_same_numbers(fn, shapes) -> Non
     torch.manual_seed(0)
     args = [torch.randn(s) for s in shapes]
     art = _artifact(fn, *args)
-    backend, _, devices, _ = xla_cpu._client()
-    importer = xla_cpu._importer()
-    results = []
-    for options in (
-        xla_client.CompileOptions(),
-        xla_cpu.compile_options(xla_client.CompileOptions()),
-    ):
-        exe = backend.compile_and_load(art, devices, options)
-        (out,) = exe.execute([importer(a) for a in args])
-        results.append(xla_cpu.to_torch(out).clone())
+    results = [
+        _run(art, args, options)[0]
+        for options in (
+            xla_client.CompileOptions(),
+            xla_cpu.compile_options(xla_client.CompileOptions()),
+        )
+    ]
     torch.testing.assert_close(results[0], results[1], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(results[1], fn(*args), rtol=1e-5, atol=1e-5)
