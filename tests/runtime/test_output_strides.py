@@ -4,6 +4,7 @@ values agreed, but the next compiled frame's stride guards failed and Dynamo rec
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch._dynamo.utils import counters
 
@@ -81,3 +82,30 @@ def test_an_expanded_gradient_has_eagers_strides():
         grads.append(torch.autograd.grad(fn(x), x)[0])
     assert grads[0].stride() == grads[1].stride() == (0, 0)
     torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize(
+    "make, shifts, dims",
+    [
+        (lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last), 1, 2),
+        (lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last), (1, -2), (2, 3)),
+        (lambda: torch.randn(6, 7).t(), 2, 1),
+        (lambda: torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last), 3, ()),
+        (lambda: torch.randn(2, 3, 4, 5), 1, 3),
+    ],
+    ids=["channels_last", "channels_last_two_dims", "transposed", "flattened", "contiguous"],
+)
+def test_roll_is_laid_out_as_eager_lays_it_out(make, shifts, dims):
+    """Eager writes a roll along dims in its input's suggested memory format (channels_last
+    stays channels_last, a transposed matrix's roll is contiguous, so is a flattened roll);
+    PyTorch's decomposition made every result contiguous (decompositions/indexing.py)."""
+    x = make().requires_grad_()
+
+    def f(t):
+        return torch.roll(t, shifts, dims) * 2
+
+    torch._dynamo.reset()
+    out, expected = torch.compile(f, backend="neuron")(x), f(x)
+    assert torch.equal(out, expected) and out.stride() == expected.stride()
+    (grad,), (expected_grad,) = (torch.autograd.grad(o.sum(), x) for o in (out, expected))
+    assert torch.equal(grad, expected_grad)
