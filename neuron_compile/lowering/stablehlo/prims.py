@@ -28,7 +28,7 @@ bytes).
 **repeat_interleave.Tensor** with ``output_size``: output ``j`` is the number of cumulative
 repeat counts ``<= j`` (the index of the run ``j`` falls in). Without ``output_size`` the length is
 data-dependent and the op stays eager. The comparison costs ``len(repeats) * output_size``
-elements, as ``searchsorted``'s lowering (a compare and a sum) would; the ``cumsum`` before it is
+elements (a compare and a sum); the ``cumsum`` before it is
 a whole-dim ``reduce_window`` (``scan.py``). ``output_size`` is trusted as PyTorch documents it (it
 must equal ``repeats.sum()``; eager raises when it does not, and the compiled graph cannot check
 data, so a wrong ``output_size`` gives ``len(repeats)`` past the end instead of an error; negative

@@ -4,8 +4,7 @@ One ``stablehlo.sort`` over (values, iota) pairs. The comparator orders like eag
 sorts above every number (last ascending, first descending) and ties keep their input order
 (the sort is always stable, which is one of the orders torch's unstable sort may return).
 ``topk`` and ``kthvalue`` are a sort plus a slice, ``median`` a sort plus a per-row gather;
-``bucketize``/``searchsorted`` count the boundaries below each value (a compare and a sum, no
-binary search).
+``bucketize``/``searchsorted`` are eager's binary search, unrolled.
 """
 
 from __future__ import annotations
@@ -170,29 +169,41 @@ def _lower_median(ctx: LoweringContext, x: Value) -> Value:
     return e.reshape(values, ())
 
 
-# ---- bucketize / searchsorted: count the boundaries below each value ------------------------
-def _count_below(ctx: LoweringContext, seq: Value, x: Value, right: bool) -> Value:
-    """Per element of ``x``: how many of ``seq``'s (last-dim) entries are < x (<= x when
-    ``right``), NaN ordered above every number as in eager's binary search. ``seq`` is 1-D or
-    has ``x``'s leading dims."""
+# ---- bucketize / searchsorted: eager's binary search, step for step --------------------------
+def _binary_search(ctx: LoweringContext, seq: Value, x: Value, right: bool) -> Value:
+    """Per element of ``x``, eager's lower bound in ``seq``'s last dim (upper bound when
+    ``right``; ``native/cpu/Bucketization.cpp``), step for step: ``k.bit_length()`` halvings of
+    ``[lo, hi)``, going right where ``!(seq[mid] >= x)`` (``>`` when ``right``). The same index
+    as eager's for any boundaries, NaN or unsorted ones included; a count of the boundaries
+    below each value is eager's only for sorted boundaries without NaN. ``seq`` is 1-D or has
+    ``x``'s leading dims."""
     e = ctx.emit
+    common = torch.promote_types(seq.dtype, x.dtype)
+    seq, x = e.convert(seq, common), e.convert(x, common)
     k = seq.shape[-1]
-    shape = [*x.shape, k]
-    xs = e.broadcast_in_dim(x, shape, list(range(x.rank)))
-    if seq.rank == 1:
-        bs = e.broadcast_in_dim(seq, shape, [x.rank])
-    else:
-        bs = e.broadcast_in_dim(seq, shape, [*range(seq.rank - 1), x.rank])
-    (xs, bs) = ctx.promote(xs, bs)
-
-    def before(a: Value, b: Value) -> Value:  # a < b with NaN largest
-        lt = e.compare(a, b, "LT")
-        if not a.dtype.is_floating_point:
-            return lt
-        return e.binary("or", lt, e.binary("and", e.compare(b, b, "NE"), e.compare(a, a, "EQ")))
-
-    hit = e.unary("not", before(xs, bs)) if right else before(bs, xs)
-    return e.reduce_simple(e.convert(hit, INDEX), 0, [x.rank], "add")
+    lo, hi = e.full(0, x.shape, INDEX), e.full(k, x.shape, INDEX)
+    one, last = e.full(1, x.shape, INDEX), e.full(max(k - 1, 0), x.shape, INDEX)
+    lead = [e.reshape(e.iota(x.shape, d, INDEX), [*x.shape, 1]) for d in range(seq.rank - 1)]
+    for _ in range(k.bit_length()):
+        active = e.compare(lo, hi, "LT")
+        mid = e.binary(
+            "add", lo, e.binary("shift_right_logical", e.binary("subtract", hi, lo), one)
+        )
+        at = e.reshape(e.binary("minimum", mid, last), [*x.shape, 1])
+        probe = e.gather(
+            seq,
+            e.concatenate([*lead, at], x.rank) if lead else at,
+            offset_dims=[],
+            collapsed_slice_dims=list(range(seq.rank)),
+            start_index_map=list(range(seq.rank)),
+            index_vector_dim=x.rank,
+            slice_sizes=[1] * seq.rank,
+            out_shape=x.shape,
+        )
+        go_right = e.unary("not", e.compare(probe, x, "GT" if right else "GE"))
+        lo = e.select(e.binary("and", active, go_right), e.binary("add", mid, one), lo)
+        hi = e.select(e.binary("and", active, e.unary("not", go_right)), mid, hi)
+    return lo
 
 
 def _no_sorter(node: fx.Node) -> str | None:
@@ -210,7 +221,7 @@ def _lower_bucketize(
     out_int32: bool = False,
     right: bool = False,
 ) -> Value:
-    return ctx.emit.convert(_count_below(ctx, boundaries, x, right), ctx.out_dtype)
+    return ctx.emit.convert(_binary_search(ctx, boundaries, x, right), ctx.out_dtype)
 
 
 @lowering(aten.searchsorted.Tensor, supports=_no_sorter)
@@ -225,7 +236,7 @@ def _lower_searchsorted(
     sorter: Value | None = None,
 ) -> Value:
     right = right or side == "right"
-    return ctx.emit.convert(_count_below(ctx, seq, x, right), ctx.out_dtype)
+    return ctx.emit.convert(_binary_search(ctx, seq, x, right), ctx.out_dtype)
 
 
 _MODE_MAX_LEN = 2048  # mode compares every pair along dim: n^2 work and memory per slice

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from torch.testing import FileCheck
 
@@ -107,13 +108,40 @@ def test_median_sorts_then_gathers_one_position_per_row():
     FileCheck().check("-> (tensor<4xf32>, tensor<4xi32>)").run(text)
 
 
-def test_bucketize_counts_boundaries_below_without_a_search_loop():
-    text = lower_to_text(lambda x, b: torch.bucketize(x, b), X, torch.tensor([0.0, 1.0]))
-    FileCheck().check("stablehlo.broadcast_in_dim").check_same("tensor<4x8x2xf32>").check(
-        "stablehlo.compare LT"
-    ).check("stablehlo.reduce").check_same("dimensions = [2]").check_not("stablehlo.while").run(
-        text
-    )
+def test_bucketize_is_eagers_binary_search_unrolled_without_a_loop():
+    text = lower_to_text(lambda x, b: torch.bucketize(x, b), X, torch.tensor([0.0, 1.0, 2.0]))
+    # 3 boundaries: 3.bit_length() = 2 halvings, each one probe (a gather) and eager's compare
+    FileCheck().check('"stablehlo.gather"').check("stablehlo.compare GE").check(
+        '"stablehlo.gather"'
+    ).check("stablehlo.compare GE").check_not('"stablehlo.gather"').check_not(
+        "stablehlo.while"
+    ).run(text)
+
+
+@pytest.mark.parametrize(
+    "seq, values",
+    [
+        ([0.0, 1.0, float("nan")], [5.0, 0.5, float("nan"), -1.0]),  # a NaN boundary
+        ([float("nan"), 0.0, 1.0], [5.0, 0.5, float("nan")]),
+        ([3.0, 1.0, 2.0, 0.0], [0.5, 2.5, 9.0]),  # unsorted: eager's search path decides
+        ([1.0, 3.0, 3.0, 3.0, 7.0], [3.0, 0.0, 8.0, 2.0]),  # ties
+        ([], [1.0, -1.0]),
+    ],
+    ids=["nan_last", "nan_first", "unsorted", "ties", "empty"],
+)
+@pytest.mark.parametrize("right", [False, True])
+def test_searchsorted_gives_eagers_index_for_any_boundaries(seq, values, right):
+    """A count of the boundaries below each value (the earlier form) put 5 at 2 in
+    [0, 1, nan], where eager's binary search, reading NaN as below it, gives 3."""
+    seq, values = torch.tensor(seq), torch.tensor(values)
+
+    def f(a, v):
+        return torch.searchsorted(a, v, right=right), torch.bucketize(v, a, right=right)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="neuron")(seq, values)
+    for got, want in zip(compiled, f(seq, values), strict=True):
+        assert torch.equal(got, want) and got.dtype == want.dtype, (got, want)
 
 
 _LONG_CUMMAX = """
