@@ -11,7 +11,9 @@ Guarantees: ``mm``/``bmm`` on floating-point operands where at least one operand
 ``neuron_compile.dot_general`` on the permutes' inputs, with the same result (shape, dtype and
 values: the op's result dims are batch, lhs free, rhs free, which is ``mm``/``bmm``'s order).
 A linear layer's ``addmm(bias, x, t(w))`` (``beta == alpha == 1``) becomes
-``add(dot_general(x, w), bias)`` when the transpose dies with it. New nodes take over the
+``add(dot_general(x, w), bias)`` when the transpose dies with it, in float32 and float64 only:
+eager adds a half-precision bias to the float32 product and rounds once, where the split would
+round the product first (up to ~100 ulps off where the sum cancels). New nodes take over the
 matmul's ``meta`` (their values are the same tensors by construction). A permute left without
 users is erased; one that other nodes still read stays (the ``mm``/``bmm`` rewrite then removes
 no op but adds none either, and the matmul no longer waits on the transpose). Ops with effects
@@ -38,6 +40,8 @@ aten = torch.ops.aten
 DOT_GENERAL = torch.ops.neuron_compile.dot_general.default
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+#: Where ``add(dot_general, bias)`` rounds as eager's addmm does (see the module docstring).
+_SPLIT_ADDMM = (torch.float32, torch.float64)
 _MATMULS = (aten.addmm.default, aten.mm.default, aten.bmm.default)
 
 
@@ -92,6 +96,8 @@ def sink_transposes(gm: fx.GraphModule) -> bool:
             a, b = node.args
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor) or val.dtype not in _FLOATS:
+            continue
+        if bias is not None and val.dtype not in _SPLIT_ADDMM:
             continue
         if not isinstance(a, fx.Node) or not isinstance(b, fx.Node):
             continue

@@ -237,3 +237,17 @@ def test_addmm_that_would_not_lose_a_transpose_stays(fn):
     before = targets(gm)
     assert sink_transposes(gm) is False
     assert targets(gm) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_linear_addmm_keeps_eagers_single_rounding(dtype):
+    """Eager adds a half-precision bias to the float32 product and rounds once; the split
+    ``add(dot_general, bias)`` rounded the product first: 1 + eps/2 - 1 came out 0."""
+    eps = torch.finfo(dtype).eps / 2  # 1 + eps is not representable: rounds to 1
+    x = torch.tensor([[1.0, 1.0]], dtype=dtype)
+    w, b = torch.tensor([[1.0, eps]], dtype=dtype), torch.tensor([-1.0], dtype=dtype)
+    gm = trace_aten(_linear, x, w, b)
+    assert sink_transposes(gm) is False and count(gm, aten.addmm.default) == 1
+    torch._dynamo.reset()
+    out = torch.compile(_linear, backend="neuron")(x, w, b)
+    assert torch.equal(out, _linear(x, w, b)) and out.item() == eps
