@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from .partition import SplitReason
@@ -58,11 +59,19 @@ class FallbackRunner:
         self.record = record
         self._per_call = Counter(r.op for r in reasons)
         self._saved_args: tuple[int, ...] = ()
+        self._saved_dtypes: dict[int, torch.dtype] = {}
 
     def read_saved_from(self, link: Any) -> None:
         """Backward graph after a compiled forward that kept saved activations on the device
-        (neuron_compile/saved.py): eager ops need them as tensors, so convert them here."""
+        (neuron_compile/saved.py): eager ops need them as tensors, so convert them here, in
+        eager's dtypes (the forward computed 64-bit ones narrowed: an eager ``lu_solve`` of a
+        float32 LU and a float64 gradient raised)."""
         self._saved_args = tuple(link.resident)
+        placeholders = [n for n in self.gm.graph.nodes if n.op == "placeholder"]
+        for i in self._saved_args:
+            val = placeholders[i].meta.get("val")
+            if isinstance(val, torch.Tensor):
+                self._saved_dtypes[i] = val.dtype
 
     def __call__(self, args: list[Any]) -> list[Any]:
         self.record.calls += 1
@@ -77,6 +86,8 @@ class FallbackRunner:
             arrays = token_arrays(call_args[self._saved_args[0]])
             if arrays is not None:
                 for i in self._saved_args:
-                    call_args[i] = to_torch(arrays[i])
+                    t = to_torch(arrays[i])
+                    want = self._saved_dtypes.get(i, t.dtype)
+                    call_args[i] = t if t.dtype == want else t.to(want)
         out = self.gm(*call_args)
         return list(out) if isinstance(out, (tuple, list)) else [out]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -130,6 +132,25 @@ def test_backward_that_falls_back_reads_resident_activations():
         torch.compile(f, backend="neuron")(x, w1).sum().backward()
     f(x, w2).sum().backward()
     torch.testing.assert_close(w1.grad, w2.grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["solve", "logdet"])
+def test_backward_that_falls_back_gets_saved_64_bit_activations_in_eagers_dtype(op):
+    """The forward computes float64 narrowed; its saved LU reached the backward's eager
+    ``lu_solve`` as float32 beside a float64 gradient, which raised a dtype mismatch."""
+    a = torch.eye(3, dtype=torch.float64) * 2 + 0.1
+    b = torch.ones(3, 2, dtype=torch.float64)
+
+    def f(x):
+        return torch.linalg.solve(x, b) if op == "solve" else torch.logdet(x)
+
+    compiled, eager = a.clone().requires_grad_(), a.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DowncastWarning, FallbackWarning
+        torch.compile(f, backend="neuron")(compiled).sum().backward()
+    f(eager).sum().backward()
+    assert compiled.grad.dtype == torch.float64
+    torch.testing.assert_close(compiled.grad, eager.grad, rtol=1e-5, atol=1e-5)
 
 
 def test_retain_graph_runs_backward_twice_from_the_same_tokens():
