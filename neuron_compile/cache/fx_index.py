@@ -26,11 +26,23 @@ _JSON_SCALARS = (bool, int, float, str, type(None))
 
 
 def _type_of(value: Any) -> Any:
-    """A static node type as JSON; raises TypeError for what cannot be indexed (symbolic)."""
+    """A static node type as JSON; raises TypeError for what cannot be indexed (symbolic).
+
+    A tensor's layout is part of it: lowering reads strides, storage offset and storage size
+    (``as_strided`` addresses the storage; outputs keep eager's strides), so a graph traced on
+    ``x`` and one on ``x.t()`` with the same shape are different entries. Without them a warm
+    cache served ``x.as_strided(...)`` compiled for a contiguous ``x`` to a transposed one."""
     if isinstance(value, torch.Tensor):
-        if any(not isinstance(d, int) for d in value.shape):
+        layout = [*value.shape, *value.stride(), value.storage_offset()]
+        if any(not isinstance(d, int) for d in layout):
             raise TypeError("symbolic shape")
-        return [str(value.dtype), list(value.shape)]
+        return [
+            str(value.dtype),
+            list(value.shape),
+            list(value.stride()),
+            value.storage_offset(),
+            value.untyped_storage().nbytes(),
+        ]
     if isinstance(value, (list, tuple)):
         return [_type_of(v) for v in value]
     if isinstance(value, _JSON_SCALARS):

@@ -154,3 +154,32 @@ def test_a_trn_graph_and_its_cpu_stand_in_are_separate_entries():
     trn = [e for e in entries if e.graph_name == graph]
     cpu = [e for e in entries if e.graph_name == graph + STAND_IN]
     assert len(trn) == 1 and len(cpu) == 1 and trn[0].key == record.cache_key
+
+
+_AS_STRIDED = """
+import json, sys, warnings
+import torch, neuron_compile
+warnings.simplefilter("ignore")
+x = torch.arange(16.0).reshape(4, 4)
+x = x.t() if sys.argv[1] == "t" else x
+f = lambda x: x.as_strided((3, 3), (1, 3)) * 2 + 1
+out = torch.compile(f, backend="neuron")(x)
+print(json.dumps([neuron_compile.metrics()[-1].cache_source, torch.equal(out, f(x))]))
+"""
+
+
+def test_a_warm_entry_is_not_served_to_an_input_of_other_strides(tmp_path):
+    """The FX index left strides out: an as_strided graph compiled for a contiguous input was
+    served, from disk, to the same shape transposed, and read the wrong elements."""
+    env = {**os.environ, "NEURON_COMPILE_CACHE_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+
+    def run(layout: str) -> list:
+        out = subprocess.run(
+            [sys.executable, "-c", _AS_STRIDED, layout], env=env, capture_output=True, text=True
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    assert run("c") == ["compiled", True]
+    assert run("t") == ["compiled", True]
+    assert run("c") == ["disk", True] and run("t") == ["disk", True]

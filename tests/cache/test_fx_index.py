@@ -25,6 +25,7 @@ def test_same_graph_same_key_and_each_input_changes_it():
     assert base != _key(_graph(torch.randn(4, 3, dtype=torch.bfloat16)))  # dtypes do
     assert base != _key(_graph(torch.randn(4, 3), lambda x: torch.relu(x) * 3))  # args do
     assert base != _key(_graph(torch.randn(4, 3)), sixty_four_bit="error")  # options do
+    assert base != _key(_graph(torch.randn(3, 4).t()))  # strides do
 
 
 def test_symbolic_graphs_are_not_indexed():
