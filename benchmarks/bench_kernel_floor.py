@@ -41,9 +41,9 @@ SIZES = (1, 21, 41)
 
 
 def _trivial_module(kernels: int) -> bytes:
-    """StableHLO bytecode of ``kernels`` independent tiny fusions (distinct constants: no CSE)."""
-    from jax._src.interpreters import mlir
-    from jax._src.lib.mlir import ir
+    """The portable artifact of ``kernels`` independent tiny fusions (distinct constants: no
+    CSE), serialized as our graphs are."""
+    from neuron_compile.artifact import serialize
 
     t = "tensor<1x64xf32>"
     body = []
@@ -58,8 +58,7 @@ def _trivial_module(kernels: int) -> bytes:
         [f"func.func public @main(%a: {t}) -> ({results}) {{", *body]
         + [f"  return {', '.join(f'%e{i}' for i in range(kernels))} : {results}", "}"]
     )
-    with mlir.make_ir_context():
-        return mlir.module_to_bytecode(ir.Module.parse(text))
+    return serialize(text, "portable")
 
 
 def kernel_floor(rounds: int = 5) -> dict[str, float]:

@@ -33,16 +33,14 @@ def _type_of(value: Any) -> Any:
     ``x`` and one on ``x.t()`` with the same shape are different entries. Without them a warm
     cache served ``x.as_strided(...)`` compiled for a contiguous ``x`` to a transposed one."""
     if isinstance(value, torch.Tensor):
-        layout = [*value.shape, *value.stride(), value.storage_offset()]
-        if any(not isinstance(d, int) for d in layout):
+        shape, stride, offset = list(value.shape), list(value.stride()), value.storage_offset()
+        if any(not isinstance(d, int) for d in (*shape, *stride, offset)):
             raise TypeError("symbolic shape")
-        return [
-            str(value.dtype),
-            list(value.shape),
-            list(value.stride()),
-            value.storage_offset(),
-            value.untyped_storage().nbytes(),
-        ]
+        try:
+            storage = value.untyped_storage().nbytes()
+        except (RuntimeError, NotImplementedError) as e:  # sparse and other storage-less layouts
+            raise TypeError("no storage") from e
+        return [str(value.dtype), shape, stride, offset, storage]
     if isinstance(value, (list, tuple)):
         return [_type_of(v) for v in value]
     if isinstance(value, _JSON_SCALARS):
