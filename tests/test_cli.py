@@ -72,3 +72,18 @@ def test_info_reads_the_cache_without_creating_it(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert "not created yet" in proc.stdout and not root.exists()
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """`neuron-compile ops --json | head -1`: the pipe closes under the writer. It stops quietly
+    with 128 + SIGPIPE, as `ls | head` does, instead of a BrokenPipeError traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "neuron_compile", "ops", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout.read(1) == b"{"
+    proc.stdout.close()  # the reader leaves; the rest of the JSON (> a pipe buffer) cannot go out
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + 13, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
