@@ -22,6 +22,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from . import ledger
 from .binding import artifact_problem, self_keyed
 from .lock import holder_is_dead
 from .manifest import (
@@ -274,13 +275,13 @@ class Maintenance:
         return True
 
     def _evict_if_needed(self, added: int, *, protect: str | None = None) -> None:
-        """Walk and evict when this process's estimate of the local tier's size passes
-        ``max_bytes``, and at least every ``RESCAN_SECONDS`` (other processes write too)."""
-        now = time.monotonic()
-        if self._approx_bytes is not None and now - self._last_scan < RESCAN_SECONDS:
-            self._approx_bytes += added
-            if self._approx_bytes <= self.max_bytes:
-                return
+        """Walk and evict when the local tier's size by the ledger (every writer's puts since
+        the last walk, ``ledger.py``) passes ``max_bytes`` or is unknown, and at least every
+        ``RESCAN_SECONDS`` (entries removed or copied in by other means)."""
+        total = ledger.add(self.root / "locks", added)
+        fresh = time.monotonic() - self._last_scan < RESCAN_SECONDS
+        if total is not None and total <= self.max_bytes and fresh:
+            return
         self._evict(protect=protect)
 
     def _evict(self, *, protect: str | None = None) -> None:
@@ -291,6 +292,7 @@ class Maintenance:
         except (Timeout, OSError) as exc:
             log.debug("eviction skipped: %s", exc)
             return
+        before = ledger.read(self.root / "locks")
         try:
             self._cleanup_tmp()
             items, total = [], 0
@@ -307,7 +309,8 @@ class Maintenance:
                     log.info("evicted cache entry %s (%d bytes)", key[:12], size)
             if total > self.max_bytes:
                 log.info("cache holds %d bytes > max %d: the rest is in use", total, self.max_bytes)
-            self._approx_bytes, self._last_scan = total, time.monotonic()
+            ledger.settle(self.root / "locks", total, before)
+            self._last_scan = time.monotonic()
         except OSError as exc:  # eviction is housekeeping: never fail the put that triggered it
             self._warn(f"cache eviction in {self.root} failed: {exc}")
         finally:
@@ -375,7 +378,7 @@ class Maintenance:
         shutil.rmtree(self.root / "quarantine", ignore_errors=True)
         shutil.rmtree(self.root / "names", ignore_errors=True)  # hints; rebuilt on publish
         self._cleanup_tmp()
-        self._approx_bytes = None
+        ledger.forget(self.root / "locks")
         return removed
 
     def promote(self, keys: list[str] | None = None) -> int:

@@ -115,7 +115,6 @@ class DiskCache(Maintenance, FailureRecords):
         self._warned = False
         # Eviction walks the whole cache; doing that on every put made each compile O(entries).
         # A running estimate (last scan + what this process wrote since) decides when to walk.
-        self._approx_bytes: int | None = None
         self._last_scan = 0.0
         self._counts: dict[str, float] = dict.fromkeys(
             ("disk_hits", "disk_misses", "remote_hits", "remote_misses", "bytes_read",
@@ -275,7 +274,7 @@ class DiskCache(Maintenance, FailureRecords):
             try:
                 path = self._publish(self.root, key, entry.manifest, entry.files())
                 entry = Entry(key, path, entry.manifest, entry._data)
-                self._evict_if_needed(entry.size, protect=key)
+                self._evict_if_needed(tree_size(path), protect=key)
             except OSError as exc:
                 self._warn(f"cannot copy remote cache entry {key[:12]} to {self.root}: {exc}")
         return entry, "remote"
@@ -405,7 +404,7 @@ class DiskCache(Maintenance, FailureRecords):
             )
             return None
         self._counts["bytes_written"] += size
-        self._evict_if_needed(size, protect=key)
+        self._evict_if_needed(tree_size(path), protect=key)  # what a walk counts
         return Entry(key, path, manifest, dict(files))
 
     def _publish(

@@ -119,6 +119,35 @@ def test_eviction_never_deletes_an_entry_held_by_a_reader(tmp_path):
     assert c.prune(older_than=0.0) and c.entries() == []
 
 
+def _put_in_turns(root: str, name: str, turns: str, mine: list[list[int]]) -> int:
+    """Put ``len(batch)`` entries at each of this writer's turns (``go<t>`` .. ``done<t>``)."""
+    c = DiskCache(Path(root), max_bytes=100_000)
+    for turn, batch in mine:
+        wait_for(Path(turns) / f"go{turn}", timeout=30)
+        for i in batch:
+            k = key_of(f"{name}{i}")
+            c.put(k, payload(k), graph_name=name, components={})
+        (Path(turns) / f"done{turn}").touch()
+    return int(c.stats(scan=False)["evicted"])
+
+
+def test_two_writers_at_once_keep_the_cap(tmp_path):
+    """Each writer used to add only its own puts to the size it last walked, so two processes
+    writing in turns each saw half the growth: 14 entries of ~12.5 KB under a 100 KB cap, none
+    evicted. The ledger they share walks as soon as the sum passes the cap."""
+    root, turns = tmp_path / "c", tmp_path / "turns"
+    turns.mkdir()
+    a = Child(_put_in_turns, str(root), "a", str(turns), [(0, [0]), (2, list(range(1, 7)))])
+    b = Child(_put_in_turns, str(root), "b", str(turns), [(1, [0]), (3, list(range(1, 7)))])
+    for turn in range(4):
+        (turns / f"go{turn}").touch()
+        wait_for(turns / f"done{turn}", timeout=30)
+    evicted = a.result() + b.result()
+    cache = DiskCache(root)
+    assert cache.du() <= 100_000, f"{cache.du()} bytes on disk, {evicted} evicted"
+    assert evicted >= 6 and len(cache.entries()) >= 6  # the newest entries stay
+
+
 def test_negative_entries_ttl_and_retry(tmp_path, monkeypatch):
     key, calls = key_of("fail"), []
 
