@@ -117,9 +117,11 @@ def main(steps: int = 40, every: int = 5) -> None:
     assert eager[-1] < 0.5 * eager[0], "the conv net did not learn the task"
 
     x_test, y_test = make_data(1, seed=1)[0]  # same batch size: no recompile
-    ref = evaluate(eager_model, x_test, backend=None)
+    # Eval on the same weights: the two trainings' weights differ by rounding (~1e-5 after 40
+    # momentum steps), which moves logits by more than the compiled eval itself does.
+    ref = evaluate(neuron_model, x_test, backend=None)
     out = evaluate(neuron_model, x_test, backend="neuron")
-    torch.testing.assert_close(out, ref, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
     accuracy = (out.argmax(1) == y_test).float().mean().item()
     print(f"eval: max |logit diff| {(out - ref).abs().max().item():.1e}, accuracy {accuracy:.0%}")
     assert accuracy > 0.5, "eval-mode accuracy on held-out samples is at chance level"

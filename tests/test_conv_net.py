@@ -4,6 +4,10 @@ eager, in train mode (BatchNorm batch statistics) and eval mode (running statist
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -122,3 +126,17 @@ def test_bfloat16_eval_output_is_close_to_float32(model, batch):
     out = evaluate(copy.deepcopy(model).bfloat16(), x.bfloat16(), backend="neuron")
     assert out.dtype == torch.bfloat16
     assert normwise_error(out, evaluate(model, x, backend=None)) < 3e-2
+
+
+@pytest.mark.slow
+def test_the_example_runs_as_users_run_it():
+    """`python examples/conv_net.py` (docs/examples.md) exits 0: it failed its own eval check by
+    comparing logits of two trainings whose weights differ by rounding."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "conv_net.py"
+    proc = subprocess.run(
+        [sys.executable, str(example)],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "NEURON_COMPILE_CACHE_DIR": "off"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "OK: compiled losses and eval logits match eager" in proc.stdout
