@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from fnmatch import fnmatch
@@ -23,6 +24,27 @@ from .store import DiskCache, describe_diff
 _DAY = 86400.0
 #: Commands that only read the cache: they open it with ``create=False`` and make no directory.
 READ_ONLY = frozenset({"ls", "du", "verify", "explain", "export"})
+
+
+def _days(text: str) -> float:
+    """``--older-than``: a number of days >= 0 (a negative age matched every entry)."""
+    try:
+        days = float(text)
+    except ValueError:
+        days = math.nan
+    if not days >= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of days >= 0, got {text!r}")
+    return days
+
+
+def _component(text: str) -> tuple[str, str]:
+    """``--keep NAME=VALUE``."""
+    name, sep, value = text.partition("=")
+    if not (sep and name and value):
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=VALUE (e.g. neuronx-cc=2.28.7), got {text!r}"
+        )
+    return name, value
 
 
 def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
@@ -62,11 +84,12 @@ def add_cache_parser(sub: Any) -> argparse.ArgumentParser:
         "--quarantine", action="store_true", help="move bad entries aside"
     )
     prune = parsers["prune"]
-    prune.add_argument("--older-than", type=float, metavar="DAYS", help="not accessed for DAYS")
+    prune.add_argument("--older-than", type=_days, metavar="DAYS", help="not accessed for DAYS")
     prune.add_argument(
         "--keep",
         action="append",
         default=[],
+        type=_component,
         metavar="NAME=VALUE",
         help="drop entries whose component NAME is not VALUE (e.g. neuronx-cc=2.28.7)",
     )
@@ -183,7 +206,7 @@ def _run_on_cache(cache: DiskCache, cmd: str, args: argparse.Namespace) -> dict[
         result = {"root": str(cache.root), "ok": not problems, "entries": entries, "bytes": size}
         result.update(bad=len(problems), problems=problems)
     elif cmd == "prune":
-        keep = dict(item.split("=", 1) for item in args.keep)
+        keep = dict(args.keep)
         older = args.older_than * _DAY if args.older_than is not None else None
         result = {"removed": cache.prune(older_than=older, keep_component=keep or None)}
     elif cmd == "clear":

@@ -340,14 +340,18 @@ class Maintenance:
     def prune(
         self, *, older_than: float | None = None, keep_component: dict[str, str] | None = None
     ) -> list[str]:
-        """Remove entries not accessed for ``older_than`` seconds, and entries whose component
-        (for each name in ``keep_component``) is present but differs: old compiler versions.
-        Expired failure records go too. Returns the removed keys."""
+        """Remove entries not accessed for ``older_than`` seconds (>= 0), and entries whose
+        component (for each name in ``keep_component``) is present but differs: old compiler
+        versions. An entry made without the component (``absent``: a CPU-only artifact for
+        ``neuronx-cc``) is not an old version of it. Expired failure records go too. Returns the
+        removed keys."""
+        if older_than is not None and not older_than >= 0:  # NaN too
+            raise ValueError(f"older_than must be >= 0 seconds, got {older_than}")
         removed, now = [], time.time()
         for entry in self.entries():
             old = older_than is not None and now - entry.last_access > older_than
             stale = any(
-                name in entry.components and entry.components[name] != value
+                entry.components.get(name, "absent") not in ("absent", value)
                 for name, value in (keep_component or {}).items()
             )
             if (old or stale) and self._remove(self.root, entry.key, entry.path):

@@ -125,3 +125,16 @@ def test_export_lists_the_keys_the_bundle_holds_and_promote_without_remote(capsy
     assert DiskCache(tmp_path / "dest").import_bundle(out) == [a]
     code, promoted = _cli(capsys, "promote", "--dir", str(c.root))
     assert promoted["remote"] is None and promoted["promoted"] == 0
+
+
+@pytest.mark.parametrize(
+    "argv", [["--older-than", "-5"], ["--older-than", "nan"], ["--keep", "foo"]]
+)
+def test_prune_rejects_arguments_that_would_match_everything(capsys, store, argv):
+    """`prune --older-than -5` removed every entry and exited 0; `--keep foo` printed a Python
+    error about dictionary update sequences. Both are usage errors (exit 2), nothing removed."""
+    c, a, b = store
+    with pytest.raises(SystemExit) as exit_:
+        main(["cache", "prune", *argv, "--dir", str(c.root), "--json"])
+    assert exit_.value.code == 2 and "expected" in capsys.readouterr().err
+    assert {e.key for e in c.entries()} == {a, b}

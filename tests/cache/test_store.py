@@ -228,10 +228,15 @@ def test_prune_by_component_and_clear(tmp_path):
     c.put(old, {"a": b"1"}, graph_name="g", components=OLD)
     c.put(new, {"a": b"1"}, graph_name="g", components={**OLD, "neuronx-cc": "2.28.7"})
     c.put(other, {"a": b"1"}, graph_name="g", components={"jaxlib": "0.10.2"})
+    cpu_only = key_of("p-cpu")  # made without neuronx-cc: not an old version of it
+    c.put(cpu_only, {"a": b"1"}, graph_name="g", components={**OLD, "neuronx-cc": "absent"})
     assert c.prune(keep_component={"neuronx-cc": "2.28.7"}) == [old]
+    assert c.clear() == 3
     assert c.prune(older_than=3600) == []
-    assert {e.key for e in c.entries()} == {new, other}
-    assert c.clear() == 2 and c.entries() == [] and c.du() == 0
+    c.put(new, {"a": b"1"}, graph_name="g", components={**OLD, "neuronx-cc": "2.28.7"})
+    with pytest.raises(ValueError, match=">= 0"):
+        c.prune(older_than=-5 * 86400)  # a negative age matched every entry
+    assert {e.key for e in c.entries()} == {new} and c.clear() == 1 and c.du() == 0
 
 
 def test_threads_of_one_process_compile_once(tmp_path):
