@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 from .versions import __version__
 
@@ -36,9 +37,30 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _log_level(text: str) -> int | None:
+    """``NEURON_COMPILE_LOG``'s level: a ``logging`` name (``debug``, ``info``...), a number,
+    or a switch (``1``, ``true``, ``on``, ``yes``: ``info``). None for anything else."""
+    text = text.strip().upper()
+    if text in ("1", "TRUE", "ON", "YES"):
+        return logging.INFO
+    if text.isdigit():
+        return int(text)
+    level = logging.getLevelName(text)
+    return level if isinstance(level, int) else None
+
+
 def _configure_logging() -> None:
-    level = os.environ.get("NEURON_COMPILE_LOG", "").strip().upper()
-    if not level:
+    raw = os.environ.get("NEURON_COMPILE_LOG", "")
+    if not raw.strip():
+        return
+    level = _log_level(raw)
+    if level is None:  # `import neuron_compile` must not fail over a log setting
+        warnings.warn(
+            f"NEURON_COMPILE_LOG={raw!r} is not a logging level (debug, info, warning, error, "
+            "a number, or 1/true for info): logging stays as it is",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return
     logger = logging.getLogger("neuron_compile")
     logger.setLevel(level)

@@ -87,3 +87,21 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + 13, err.decode()
     assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+def test_neuron_compile_log_accepts_switches_and_numbers_and_never_breaks_the_import():
+    """`NEURON_COMPILE_LOG=1` made `import neuron_compile` (so every compile and every CLI
+    command) raise `ValueError: Unknown level: '1'`."""
+    probe = "import logging, neuron_compile; print(logging.getLogger('neuron_compile').level)"
+    for value, level in (("1", 20), ("true", 20), ("10", 10), ("debug", 10), ("Warning", 30)):
+        proc = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+            env={**os.environ, "NEURON_COMPILE_LOG": value},
+        )  # fmt: skip
+        assert proc.returncode == 0 and proc.stdout.split() == [str(level)], (value, proc.stderr)
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "NEURON_COMPILE_LOG": "bogus"},
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.split() == ["0"]
+    assert "NEURON_COMPILE_LOG='bogus' is not a logging level" in proc.stderr
