@@ -56,7 +56,8 @@ def length_histogram(
     ``source`` may be a list of ints, a mapping length -> count, a dataset (anything iterable,
     e.g. a ``torch.utils.data.Dataset`` or a list of samples) or a ``DataLoader`` (its
     ``dataset`` is scanned, item by item). Items are measured with ``length_fn`` (default:
-    the int itself, ``len(item)``, or ``len(item[0])`` for tuples).
+    the int itself, ``len(item)``, ``len(item[0])`` for tuples, or for a dict the length of its
+    first field that has one, the sequence ``bucketed_collate`` pads).
     """
     if isinstance(source, Mapping):
         hist = Counter({int(k): int(v) for k, v in source.items() if v})
@@ -72,6 +73,11 @@ def length_histogram(
                 return int(item)
             if isinstance(item, (tuple, list)) and item and hasattr(item[0], "__len__"):
                 return len(item[0])
+            if isinstance(item, Mapping):  # a dict sample: its first sequence, as collate pads
+                for value in item.values():
+                    if getattr(value, "ndim", 1) >= 1 and hasattr(value, "__len__"):
+                        return len(value)
+                raise ValueError(f"no field of the sample has a length: {list(item)}")
             return len(item)
 
         hist = Counter(measure(item) for item in source)

@@ -31,7 +31,7 @@ IGNORE_INDEX = -100  # F.cross_entropy's default ignore_index
 
 def _check_buckets(buckets: Sequence[int]) -> list[int]:
     out = [int(b) for b in buckets]
-    if not out or any(b <= 0 for b in out) or out != sorted(set(out)):
+    if not out or any(b <= 0 for b in out) or out != sorted(set(out)) or out != list(buckets):
         raise ValueError(f"buckets must be strictly increasing positive ints, got {buckets!r}")
     return out
 
@@ -91,14 +91,21 @@ def pad_labels(
 
 
 # ---- DataLoader collation --------------------------------------------------------------------
+def _pad_rows(t: torch.Tensor, batch: int, value: float | bool | None) -> torch.Tensor:
+    """``t`` with rows added up to ``batch``: copies of its last row when ``value`` is None (so
+    per-row work on a padded row, e.g. a mean under its mask, stays finite), else ``value``."""
+    if value is not None or batch == t.shape[0] or t.shape[0] == 0:
+        return _pad_dim(t, 0, batch, 0 if value is None else value)
+    return torch.cat([t, t[-1:].expand(batch - t.shape[0], *t.shape[1:])])
+
+
 def _collate_field(
-    values: list[Any], seq_len: int, batch: int, value: float | bool
+    values: list[Any], seq_len: int, batch: int, value: float | bool, row_value: float | None
 ) -> torch.Tensor:
     tensors = [torch.as_tensor(v) for v in values]
     if tensors[0].dim() >= 1:
         tensors = [_pad_dim(t, 0, seq_len, value) for t in tensors]
-    out = torch.stack(tensors)
-    return _pad_dim(out, 0, batch, value)
+    return _pad_rows(torch.stack(tensors), batch, row_value)
 
 
 def bucketed_collate(
@@ -122,8 +129,10 @@ def bucketed_collate(
     - a dict: ``label_key`` is padded with ``label_pad``, the others with ``pad_value``; when
       ``mask_key`` is set and absent, an int64 mask (1 = real token) is added.
 
-    ``batch_buckets`` also pads the batch dimension (extra rows are all padding, labels -100), so
-    a short last batch does not compile a new graph.
+    The attention mask is padded with 0 whatever ``pad_value`` is. ``batch_buckets`` also pads
+    the batch dimension, so a short last batch does not compile a new graph: extra rows repeat
+    the last sample (a row of padding under an all-zero mask makes a masked mean 0/0, NaN in the
+    gradients) with labels ``label_pad``, so a loss over labels ignores them.
 
     Each batch counts one hit of its bucket in ``neuron_compile.bucket_metrics()`` under ``name``,
     with the samples' real lengths (of the first field with a sequence dimension) as real tokens
@@ -158,12 +167,18 @@ def bucketed_collate(
                 torch.ones(torch.as_tensor(s[key0]).shape[0], dtype=torch.long) for s in samples
             ]
 
-        def value_for(key: Any) -> float:
-            if isinstance(first, Mapping):
-                return label_pad if key == label_key else pad_value
-            return pad_value if key == 0 else label_pad
+        def is_label(key: Any) -> bool:
+            return key == label_key if isinstance(first, Mapping) else key != 0
 
-        out = {k: _collate_field(vs, seq, batch, value_for(k)) for k, vs in fields.items()}
+        def value_for(key: Any) -> float:
+            if isinstance(first, Mapping) and key == mask_key:
+                return 0  # padding is not a real token, whatever pad_value is
+            return label_pad if is_label(key) else pad_value
+
+        out = {
+            k: _collate_field(vs, seq, batch, value_for(k), label_pad if is_label(k) else None)
+            for k, vs in fields.items()
+        }
         if isinstance(first, Mapping):
             return out
         if isinstance(first, (tuple, list)):
@@ -237,8 +252,11 @@ class BucketedModule(torch.nn.Module):
     ``mask_arg`` names an attention-mask parameter: a passed mask is padded with 0, a missing one
     is created (1 = real token). Output tensors whose ``dim`` has the bucket's size are sliced
     back (so an output that happens to have that size along ``dim`` for another reason is sliced
-    too). ``batch_buckets`` also pads dim 0; padded rows are sliced off the outputs, and with
-    labels padded to -100 a mean cross-entropy loss is unchanged. ``stats`` counts calls and
+    too). ``batch_buckets`` also pads dim 0: added rows repeat the last real row, except in
+    arguments with a ``pad_values`` entry (labels), which get that value; padded rows are sliced
+    off the outputs, and with labels padded to -100 a mean cross-entropy loss is unchanged. A
+    module with BatchNorm computing batch statistics (training mode) would count the added rows
+    in them, so padding its batch raises ``OptionsError`` (NC001). ``stats`` counts calls and
     padding per bucket of this wrapper; the same counts go to ``neuron_compile.bucket_metrics()``
     under ``name`` (default ``BucketedModule(<wrapped class or function name>)``).
     """
@@ -301,13 +319,17 @@ class BucketedModule(torch.nn.Module):
             mask = torch.ones(rows, length, dtype=torch.long, device=seq_inputs[0].device)
             named.append((self.mask_arg, self.mask_arg, mask))
         new_args, new_kwargs = list(args), {}
+        if batch != rows:
+            self._check_batch_padding()
         for key, slot, v in named:
             if isinstance(v, torch.Tensor):
-                value = 0 if key == self.mask_arg else self.pad_values.get(key, 0)
+                # A pad value by parameter name, else by position (bind_partial names them all).
+                given = self.pad_values.get(key, self.pad_values.get(slot))
+                value = 0 if self.mask_arg in (key, slot) else given or 0
                 if v.dim() > self.dim and v.shape[self.dim] == length:
                     v = _pad_dim(v, self.dim, bucket, value)
                 if batch != rows and v.dim() >= 1 and v.shape[0] == rows:
-                    v = _pad_dim(v, 0, batch, value)
+                    v = _pad_rows(v, batch, given)
             if isinstance(slot, int):
                 new_args[slot] = v
             else:
@@ -319,6 +341,23 @@ class BucketedModule(torch.nn.Module):
         record_bucket_hit(self.name, bucket, rows * length, batch * bucket)
         out = self.module(*new_args, **new_kwargs)
         return self._unpad(out, length, bucket, rows, batch)
+
+    def _check_batch_padding(self) -> None:
+        from .errors import OptionsError
+
+        target = getattr(self.module, "_orig_mod", self.module)
+        modules = target.named_modules() if isinstance(target, torch.nn.Module) else ()
+        for name, m in modules:
+            if not isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                continue
+            if m.training or not m.track_running_stats:  # normalizes with batch statistics
+                raise OptionsError(
+                    f"{self.name}: batch_buckets pads the batch with extra rows, and "
+                    f"{name or type(m).__name__} ({type(m).__name__}) computes batch statistics "
+                    "over every row, so the padded batch would normalize differently from "
+                    "eager. Leave out batch_buckets for this module (DataLoader(drop_last=True) "
+                    "keeps every batch the same size), or pad only in eval()."
+                )
 
     def _unpad(self, out: Any, length: int, bucket: int, rows: int, batch: int) -> Any:
         if isinstance(out, torch.Tensor):

@@ -230,3 +230,13 @@ def test_inference_graph_text_lowers_what_the_backend_compiles_for_trn(monkeypat
     assert off.count("stablehlo.dot_general") == cpu.count("stablehlo.dot_general") == 3
     assert "AwsNeuron" not in cpu and "stablehlo.exponential" in cpu
     assert len(kernels.flash_fwd.traced) == 1
+
+
+def test_dict_samples_are_measured_by_their_sequence_not_their_keys():
+    """A Hugging Face-style dataset of dicts was measured as len(dict), the number of keys: the
+    plan was [2] whatever the lengths."""
+    ds = [{"input_ids": torch.arange(n), "labels": torch.arange(n)} for n in (5, 17, 40, 33)]
+    assert length_histogram(ds) == {5: 1, 17: 1, 40: 1, 33: 1}
+    assert plan_buckets(ds, 2).boundaries == [17, 40]
+    with pytest.raises(ValueError, match="no field of the sample has a length"):
+        length_histogram([{"label": torch.tensor(3)}])

@@ -168,10 +168,30 @@ def test_collate_dicts_get_a_mask_and_batch_buckets_pad_rows():
     batch = bucketed_collate([4, 8], batch_buckets=[4])(samples)
     assert batch["input_ids"].shape == (4, 8) and batch["input_ids"][0].tolist()[:3] == [1, 2, 0]
     assert batch["attention_mask"].tolist()[:2] == [[1, 1, 0, 0, 0, 0, 0, 0], [1] * 5 + [0] * 3]
-    assert batch["attention_mask"][2:].sum() == 0
+    # Added rows repeat the last sample (its mask too: a masked mean stays finite), labels -100.
+    assert batch["attention_mask"][2:].tolist() == [[1] * 5 + [0] * 3] * 2
+    assert torch.equal(batch["input_ids"][2:], batch["input_ids"][1:2].expand(2, 8))
     assert batch["labels"].tolist() == [2, 5, -100, -100]
     plain = bucketed_collate([4], pad_value=7)([torch.tensor([1, 2, 3])])
     assert plain.tolist() == [[1, 2, 3, 7]]
+
+
+def test_collate_pads_the_mask_with_zero_whatever_the_pad_value():
+    """pad_value=1 (RoBERTa's pad id) padded the attention mask with 1: padding counted as real
+    tokens."""
+    sample = {"input_ids": torch.arange(3), "labels": torch.arange(3)}
+    for mask in (None, torch.ones(3, dtype=torch.long)):
+        given = sample if mask is None else {**sample, "attention_mask": mask}
+        out = bucketed_collate([4, 8], pad_value=1)([given])
+        assert out["input_ids"].tolist() == [[0, 1, 2, 1]] and out["labels"].tolist() == [
+            [0, 1, 2, -100]
+        ]
+        assert out["attention_mask"].tolist() == [[1, 1, 1, 0]]
+
+
+def test_buckets_must_be_whole_numbers():
+    with pytest.raises(ValueError, match="strictly increasing positive ints"):
+        bucket_size(3, [4.5, 8])  # was silently bucket 4
 
 
 def test_bucket_batches_group_samples_by_bucket():
@@ -200,3 +220,71 @@ def test_compiled_bucketed_model_compiles_once_per_bucket_and_matches_eager():
     assert [r.kind for r in records] == ["inference", "inference"]
     assert [r.recompile for r in records] == [False, True]
     assert sorted(wrapped.stats) == [8, 16] and wrapped.stats[16].calls == 3
+
+
+def test_pad_values_by_position_reach_their_argument():
+    """pad_values={1: -100} was never matched once the signature named the argument, so the
+    targets were padded with 0 and the loss changed (1.28 instead of 1.90)."""
+
+    def lm(idx, targets):
+        logits = F.one_hot(idx, 5).float().reshape(-1, 5)
+        return F.cross_entropy(logits, targets.reshape(-1))
+
+    idx, targets = torch.tensor([[1, 2, 3]]), torch.tensor([[2, 3, 4]])
+    ref = lm(idx, targets)
+    for pad_values in ({"targets": -100}, {1: -100}):
+        torch.testing.assert_close(
+            BucketedModule(lm, [8], pad_values=pad_values)(idx, targets), ref
+        )
+
+
+class _MaskedMeanClassifier(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb, self.head = nn.Embedding(10, 8), nn.Linear(8, 3)
+
+    def forward(self, ids, attention_mask, y):
+        m = attention_mask.unsqueeze(-1).float()
+        pooled = (self.emb(ids) * m).sum(1) / m.sum(1)
+        return F.cross_entropy(self.head(pooled), y)
+
+
+@pytest.mark.filterwarnings("ignore::neuron_compile.compiler.DowncastWarning")  # ids, mask
+@pytest.mark.parametrize("compiled", [False, True])
+def test_padded_batch_rows_keep_a_masked_mean_and_its_gradients_finite(compiled):
+    """Added rows were all padding under an all-zero mask: 0/0 in their masked mean, so every
+    gradient was NaN although the loss (over real rows) was right."""
+    torch.manual_seed(0)
+    model = _MaskedMeanClassifier()
+    ids, mask, y = (
+        torch.randint(0, 10, (3, 5)),
+        torch.ones(3, 5, dtype=torch.long),
+        torch.tensor([0, 2, 1]),
+    )
+    ref = model(ids, mask, y)
+    ref.backward()
+    ref_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    run = torch.compile(model, backend="neuron") if compiled else model
+    wrapped = BucketedModule(run, [8], mask_arg="attention_mask", pad_values={"y": -100},
+                             batch_buckets=[4])  # fmt: skip
+    loss = wrapped(ids, mask, y)
+    loss.backward()
+    torch.testing.assert_close(loss, ref)
+    for p, g in zip(model.parameters(), ref_grads, strict=True):
+        torch.testing.assert_close(p.grad, g)
+
+
+def test_padding_the_batch_of_a_training_batchnorm_is_refused():
+    """Padded rows entered BatchNorm's batch statistics: logits off by 0.035, running_mean by
+    2e-3. In eval (running statistics) the padding is exact, so it is allowed there."""
+    from neuron_compile.errors import OptionsError
+
+    net = nn.Sequential(nn.Conv1d(2, 4, 1), nn.BatchNorm1d(4))
+    wrapped = BucketedModule(net, [8], dim=2, batch_buckets=[4])
+    x = torch.randn(3, 2, 5)
+    with pytest.raises(OptionsError, match=r"NC001.*BatchNorm1d.*batch statistics"):
+        wrapped(x)
+    wrapped(torch.randn(4, 2, 5))  # a full batch needs no padding
+    net.eval()
+    torch.testing.assert_close(wrapped(x), net(x))
