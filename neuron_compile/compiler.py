@@ -43,6 +43,7 @@ from .errors import (
     DtypePolicyError,
     ExecutorError,
     LoweringError,
+    NeuronCompileError,
     UnsupportedOpError,
     VerifierError,
 )
@@ -351,6 +352,8 @@ def _executable(
     if entry is not None and is_local_only(entry.manifest):
         try:
             return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE), ranks=ranks)
+        except NeuronCompileError:  # the user's setting (e.g. a bad env var), not the entry
+            raise
         except Exception as e:  # an executable this jaxlib cannot load: rebuild it
             log.warning("graph %s: cached executable unusable (%s); recompiling", name, e)
     if module_text is not None:  # the artifact is about to run: it must be the module's
@@ -368,6 +371,8 @@ def _executable(
         if replicas > 1 and ranks != tuple(range(replicas)):  # for the ranks' own runtime
             run_input = over_ranks(artifact_mod.artifact_text(art, form), ranks).encode()
         exe = XlaCpuExecutable(run_input, ranks=ranks)
+    except NeuronCompileError:  # already says what to do (a bad NEURON_COMPILE_* value): no bug
+        raise
     except Exception as e:
         raise ExecutorError(
             f"XLA CPU failed to compile graph {name}: {type(e).__name__}: {e}", hint=BUG_HINT

@@ -69,3 +69,19 @@ def test_a_value_that_is_not_a_number_is_an_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("NEURON_COMPILE_MALLOC_RETAIN_MB", "1GB")
     with pytest.raises(OptionsError, match="NEURON_COMPILE_MALLOC_RETAIN_MB='1GB'"):
         retain_freed_blocks()
+
+
+def test_a_bad_value_reaches_the_user_as_their_error_not_a_backend_bug() -> None:
+    """Through a compile, the NC001 came wrapped in NC301 "XLA CPU failed to compile ... this is
+    a neuron-compile bug", after a "cached executable unusable" warning."""
+    probe = (
+        "import torch, neuron_compile\n"
+        "torch.compile(lambda x: x + 1, backend='neuron')(torch.ones(3))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "NEURON_COMPILE_MALLOC_RETAIN_MB": "abc", "NEURON_COMPILE_CACHE_DIR": "off"},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "[NC001] invalid NEURON_COMPILE_MALLOC_RETAIN_MB='abc'" in proc.stderr
+    assert "NC301" not in proc.stderr and "bug" not in proc.stderr
