@@ -182,6 +182,7 @@ def run_check(args: argparse.Namespace) -> int:
         if args.nproc_per_node is not None and args.nproc_per_node < 1:
             raise ValueError("--nproc-per-node must be >= 1")
         kind, run = _load_target(args)
+        _check_destinations(args)  # before the target runs, which may take long
     except (ValueError, OSError, KeyError) as e:
         print(f"neuron-compile check: {e}", file=sys.stderr)
         return gate.EXIT_USAGE
@@ -267,27 +268,59 @@ def _check_ranks(args: argparse.Namespace) -> Any:
     return report
 
 
+_FILE_FORMATS = ("json", "junit", "markdown", "sarif")
+
+
+def _check_destinations(args: argparse.Namespace) -> None:
+    """``ValueError`` for a report path that can never be written (a directory, or a parent
+    that cannot be made), found before the target runs rather than after."""
+    dirs = [Path(args.out)] if args.out else []
+    for fmt in _FILE_FORMATS:
+        dest = getattr(args, f"{fmt}_path")
+        if dest and Path(dest).is_dir():
+            raise ValueError(f"--{fmt} {dest} is a directory: give a file name")
+        dirs += [Path(dest).parent] if dest else []
+    for d in dirs:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ValueError(f"cannot create report directory {d}: {e.strerror or e}") from e
+
+
 def _emit(report: Any, args: argparse.Namespace, fail_on: Any, baseline: Any) -> int:
-    """Write the requested formats, print the summary and verdict; the exit code."""
+    """Write the requested formats, print the summary and verdict; the exit code (usage, 2,
+    when a report could not be written: the verdict alone must not pass a CI gate)."""
     from . import formats, gate
 
     paths: dict[str, Path] = {}
+    failed: list[str] = []
     if args.out:
-        paths.update(formats.write_all(report, args.out, fail_on))
-    for fmt in ("json", "junit", "markdown", "sarif"):
+        try:
+            paths.update(formats.write_all(report, args.out, fail_on))
+        except OSError as e:
+            failed.append(f"cannot write reports to {args.out}: {e}")
+    for fmt in _FILE_FORMATS:
         dest = getattr(args, f"{fmt}_path")
         if dest:
-            Path(dest).parent.mkdir(parents=True, exist_ok=True)
-            Path(dest).write_text(formats.RENDERERS[fmt](report, fail_on))
-            paths[fmt] = Path(dest)
+            try:
+                Path(dest).parent.mkdir(parents=True, exist_ok=True)
+                Path(dest).write_text(formats.RENDERERS[fmt](report, fail_on))
+                paths[fmt] = Path(dest)
+            except OSError as e:
+                failed.append(f"cannot write the {fmt} report to {dest}: {e}")
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
-        with open(summary, "a", encoding="utf-8") as f:
-            f.write(formats.render_markdown(report, fail_on))
+        try:
+            with open(summary, "a", encoding="utf-8") as f:
+                f.write(formats.render_markdown(report, fail_on))
+        except OSError as e:
+            failed.append(f"cannot append to GITHUB_STEP_SUMMARY={summary}: {e}")
     code, verdict = gate.exit_code(report, fail_on, baseline)
     if not args.quiet:
         sys.stdout.write(formats.render_terminal(report, fail_on))
         for fmt, path in paths.items():
             print(f"  wrote {fmt}: {path}")
     print(verdict)
-    return code
+    for problem in failed:
+        print(f"neuron-compile check: {problem}", file=sys.stderr)
+    return gate.EXIT_USAGE if failed else code

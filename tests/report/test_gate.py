@@ -121,6 +121,23 @@ def test_check_cli_usage_errors_and_crashes(tmp_path, monkeypatch, capsys):
     assert torch.compiler.get_default_backend() == "inductor"  # restored after the check
 
 
+def test_report_paths_that_cannot_be_written_are_usage_errors(tmp_path, monkeypatch, capsys):
+    """A directory as --json, an uncreatable --out or an unwritable GITHUB_STEP_SUMMARY ended in a
+    Python traceback with exit 1, the code of "findings". Paths are checked before the target
+    runs; a summary that fails at the end still prints the verdict, then exits 2."""
+    monkeypatch.chdir(ROOT)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for bad in (["--json", str(tmp_path)], ["--out", str(blocker / "reports")]):
+        assert main(["check", "tests.report.samples:run_clean", *bad]) == gate.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "neuron-compile check:" in err and "Traceback" not in err
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(blocker / "summary.md"))
+    assert main(["check", "tests.report.samples:run_clean", "--quiet"]) == gate.EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert "OK: no finding" in out and "cannot append to GITHUB_STEP_SUMMARY" in err
+
+
 def test_arguments_after_double_dash_reach_the_script_wherever_options_are(tmp_path):
     from neuron_compile.cli import main
 
