@@ -145,6 +145,16 @@ class NeuronConfig:
                 hint="use a non-negative integer, or leave it unset for no limit",
                 key="max_recompiles",
             )
+        name = self.model_name
+        if name is not None and (
+            not isinstance(name, str) or name in ("", ".", "..") or any(c in name for c in "/\\\0")
+        ):
+            # It names dump folders and failure bundles: "../x" wrote outside dump_dir.
+            raise OptionsError(
+                f"invalid model_name={name!r}",
+                hint="use a plain name without path separators, e.g. 'gpt2_small'",
+                key="model_name",
+            )
         if self.buckets is not None and (
             not self.buckets
             or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in self.buckets)

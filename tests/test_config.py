@@ -40,3 +40,13 @@ def test_estimate_defaulted_only_when_neither_options_nor_env_set_it():
     assert not load_config({"estimate": "off"}, env={}).estimate_defaulted
     assert not load_config({}, env={"NEURON_COMPILE_ESTIMATE": "off"}).estimate_defaulted
     assert "estimate_defaulted" not in OPTION_KEYS and "_estimate_defaulted" not in OPTION_KEYS
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "a/b", "a\\b", ".."])
+def test_a_model_name_that_is_a_path_is_refused(monkeypatch, tmp_path, name):
+    """NEURON_COMPILE_MODEL_NAME="../../escaped" made dumps land outside the dump directory."""
+    monkeypatch.setenv("NEURON_COMPILE_MODEL_NAME", name)
+    with pytest.raises(OptionsError, match="NC001.*model_name"):
+        load_config(None)
+    monkeypatch.setenv("NEURON_COMPILE_MODEL_NAME", "gpt2_small.v2")
+    assert load_config(None).model_name == "gpt2_small.v2"
