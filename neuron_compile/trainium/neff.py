@@ -85,8 +85,8 @@ def neff_for_graph(
         _say_once(
             "no-neuronx-cc",
             f"target {cfg.target} without neuronx-cc: graphs stop after their verified "
-            f"artifacts ({input_name}); no NEFF is compiled (set {neuronx_cc.ENV_PATH} or install the "
-            "Neuron SDK); the XLA CPU executor runs them",
+            f"artifacts ({input_name}); no NEFF is compiled ({neuronx_cc.not_found_reason()}); "
+            "the XLA CPU executor runs them",
         )
         return None
     key = neff_key(

@@ -54,11 +54,22 @@ _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)*(?:[+.\-][\w.]+)?")
 
 
 def find_neuronx_cc() -> str | None:
-    """``$NEURON_COMPILE_NEURONX_CC`` if set (must exist), else ``neuronx-cc`` on PATH."""
+    """``$NEURON_COMPILE_NEURONX_CC`` if set (an executable file), else ``neuronx-cc`` on PATH."""
     explicit = os.environ.get(ENV_PATH, "").strip()
     if explicit:
-        return explicit if os.access(explicit, os.X_OK) else None
+        return explicit if os.path.isfile(explicit) and os.access(explicit, os.X_OK) else None
     return shutil.which("neuronx-cc")
+
+
+def not_found_reason() -> str:
+    """Why ``find_neuronx_cc()`` found nothing, and what to do, for messages."""
+    explicit = os.environ.get(ENV_PATH, "").strip()
+    if explicit:
+        return f"{ENV_PATH}={explicit!r} is not an executable file: point it at neuronx-cc"
+    return (
+        f"neuronx-cc is not on PATH: install the Neuron SDK (neuronx-cc is on AWS's pip "
+        f"repository, not PyPI) or set {ENV_PATH} to its path"
+    )
 
 
 def timeout_seconds() -> float:
@@ -190,8 +201,7 @@ def run_neuronx_cc(
     if exe is None:
         raise errors.NeuronxCcNotFound(
             f"neuronx-cc is needed to compile graph {graph_name} for {target}",
-            hint=f"install the Neuron SDK (neuronx-cc is on AWS's pip repository, not PyPI), or "
-            f"set {ENV_PATH} to its path",
+            hint=not_found_reason(),
         )
     flags = os.environ.get(ENV_FLAGS, "") if flags is None else flags
     timeout = timeout_seconds() if timeout is None else timeout

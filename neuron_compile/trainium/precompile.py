@@ -273,14 +273,11 @@ def add_parser(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace, as_json: bool = False) -> int:
-    from .neuronx_cc import find_neuronx_cc
+    from .neuronx_cc import find_neuronx_cc, not_found_reason
 
     as_json = as_json or args.json_out
     if find_neuronx_cc() is None:
-        print(
-            "neuron-compile precompile: neuronx-cc not found (PATH or NEURON_COMPILE_NEURONX_CC)",
-            file=sys.stderr,
-        )
+        print(f"neuron-compile precompile: {not_found_reason()}", file=sys.stderr)
         return 2
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
         print("neuron-compile precompile: --nproc-per-node must be >= 1", file=sys.stderr)

@@ -105,6 +105,18 @@ def test_missing_compiler_is_nc521(no_neuronx_cc):
         _compile()
 
 
+@pytest.mark.parametrize("kind", ["directory", "missing", "not executable"])
+def test_a_compiler_path_that_is_no_executable_is_nc521_naming_it(kind, monkeypatch, tmp_path):
+    """NEURON_COMPILE_NEURONX_CC=<a directory> passed as found, then failed with a bare
+    PermissionError; a missing file said "set NEURON_COMPILE_NEURONX_CC" although it was set."""
+    path = {"directory": tmp_path, "missing": tmp_path / "nope", "not executable": tmp_path / "cc"}
+    path["not executable"].write_text("#!/bin/sh\n")
+    monkeypatch.setenv("NEURON_COMPILE_NEURONX_CC", str(path[kind]))
+    with pytest.raises(errors.NeuronxCcNotFound) as info:
+        _compile()
+    assert f"NEURON_COMPILE_NEURONX_CC='{path[kind]}' is not an executable file" in str(info.value)
+
+
 def _run_mlp(options):
     torch._dynamo.reset()
     torch.manual_seed(0)
