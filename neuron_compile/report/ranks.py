@@ -19,6 +19,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from .model import Finding, GraphEntry, Report
 
@@ -54,10 +55,14 @@ def torchrun_command(nproc: int, argv: Sequence[str]) -> list[str]:
     ]
 
 
-def run_ranks(nproc: int, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
-    """Run ``argv`` under torchrun as ``nproc`` ranks (output passes through); its exit status."""
+def run_ranks(
+    nproc: int, argv: Sequence[str], env: dict[str, str] | None = None, stdout: Any = None
+) -> int:
+    """Run ``argv`` under torchrun as ``nproc`` ranks (output passes through, to ``stdout`` if
+    given); its exit status."""
     command = torchrun_command(nproc, argv)
-    return subprocess.run(command, env={**os.environ, **(env or {})}, check=False).returncode
+    env = {**os.environ, **(env or {})}
+    return subprocess.run(command, env=env, stdout=stdout, check=False).returncode
 
 
 def rank_report_path(directory: str | os.PathLike, rank: int) -> Path:

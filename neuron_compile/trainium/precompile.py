@@ -132,16 +132,19 @@ def run_script(
     target: str,
     env_extra: dict,
     nproc_per_node: int | None = None,
+    stdout: Any = None,
 ) -> int:
     """Phase 1: run the user's script in graph-collection mode (as ``nproc_per_node`` ranks
-    under torchrun when given); returns its exit status."""
+    under torchrun when given); returns its exit status. ``stdout``: where the script's output
+    goes (``sys.stderr`` when ours must be JSON alone), by default ours."""
     env = {ENV_COLLECT: str(root), "NEURON_COMPILE_TARGET": target, **env_extra}
     if nproc_per_node:
         from ..report.ranks import run_ranks
 
-        return run_ranks(nproc_per_node, [script, *script_args], env)
+        return run_ranks(nproc_per_node, [script, *script_args], env, stdout=stdout)
     command = [sys.executable, script, *script_args]
-    return subprocess.run(command, env={**os.environ, **env}, check=False).returncode
+    env = {**os.environ, **env}
+    return subprocess.run(command, env=env, stdout=stdout, check=False).returncode
 
 
 def compile_jobs(
@@ -189,7 +192,7 @@ def summarize(results: list[NeffResult]) -> dict[str, Any]:
     return {
         "graphs": n,
         "counts": counts,
-        "cache_hit_rate": (counts.get("cached", 0) / n) if n else 1.0,
+        "cache_hit_rate": (counts.get("cached", 0) / n) if n else None,  # no graph: no rate
         "failed": sum(r.status not in ("compiled", "cached") for r in results),
         "compile_seconds": round(sum(r.seconds for r in results if r.status == "compiled"), 3),
     }
@@ -222,7 +225,12 @@ def print_table(report: dict[str, Any], stream: Any = None) -> None:
         + (f" (distinct over {report['world_size']} ranks)" if ranked else "")
         + ": "
         + ", ".join(f"{v} {k}" for k, v in sorted(s["counts"].items()))
-        + f"; cache hit rate {100 * s['cache_hit_rate']:.0f} %; {report['workers']} workers; "
+        + (
+            f"; cache hit rate {100 * rate:.0f} %"
+            if (rate := s["cache_hit_rate"]) is not None
+            else ""
+        )
+        + f"; {report['workers']} workers; "
         f"collection {report['collect_seconds']:.1f} s, compile {report['compile_seconds']:.1f} s",
         file=stream,
     )
@@ -300,7 +308,10 @@ def main(args: argparse.Namespace, as_json: bool = False) -> int:
         t = time.perf_counter()
         script_args = [*args.script_args, *shlex.split(args.args_str)]
         print(f"collecting graphs: {shlex.join([args.script, *script_args])}", file=sys.stderr)
-        status = run_script(args.script, script_args, root, args.target, extra, args.nproc_per_node)
+        status = run_script(
+            args.script, script_args, root, args.target, extra, args.nproc_per_node,
+            stdout=sys.stderr if as_json else None,  # --json: stdout holds the report alone
+        )  # fmt: skip
         collect_s = time.perf_counter() - t
         if status != 0:
             print(
@@ -316,6 +327,13 @@ def main(args: argparse.Namespace, as_json: bool = False) -> int:
     todo = sum(not j.get("cached_at_collection") for j in jobs)
     workers = pool_size(args.jobs, todo, int(args.ram_per_job * 2**30))
     print(f"{len(jobs)} graphs collected, {todo} to compile, {workers} workers", file=sys.stderr)
+    if not jobs and not args.from_dir:
+        print(
+            "neuron-compile precompile: no graph reached the neuron backend; does the script "
+            'compile with torch.compile(..., backend="neuron") (or set '
+            'torch.compiler.set_default_backend("neuron"))?',
+            file=sys.stderr,
+        )
     t = time.perf_counter()
     results = compile_jobs(jobs, workers, Progress(len(jobs)))
     ranks = {j["key"]: j.get("ranks", []) for j in jobs}
@@ -340,4 +358,5 @@ def main(args: argparse.Namespace, as_json: bool = False) -> int:
         print(text)
     else:
         print_table(report)
-    return 1 if report["summary"]["failed"] or status else 0
+    collected_none = not jobs and not args.from_dir
+    return 1 if report["summary"]["failed"] or status or collected_none else 0

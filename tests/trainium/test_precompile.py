@@ -57,8 +57,8 @@ def test_collect_compile_report_rerun_and_retry(double, tmp_path):
     work = tmp_path / "collect"
     run = _precompile(str(script), "--target", "trn2", "--dir", str(work), "--jobs", "2", "--json")
     assert run.returncode == 0, run.stderr
-    report = json.loads(run.stdout[run.stdout.index("{") :])
-    assert "script done" in run.stdout
+    report = json.loads(run.stdout)  # --json: the report alone; the script printed to stderr
+    assert "script done" in run.stderr
     rows = report["graphs"]
     kinds = sorted(r["graph_name"].split("_")[2] for r in rows)
     assert kinds == ["backward", "backward", "forward", "forward"]  # per shape
@@ -93,6 +93,17 @@ def test_collect_compile_report_rerun_and_retry(double, tmp_path):
     (row,) = json.loads(retry.stdout)["graphs"]
     assert (row["graph_name"], row["status"]) == (name, "compiled")
     assert len(double.calls()) == 6
+
+
+def test_a_script_whose_graphs_never_reach_the_backend_is_not_a_full_cache_hit(double, tmp_path):
+    """`torch.compile(model)` without backend="neuron" ran under Inductor: 0 graphs collected,
+    reported as "cache hit rate 100 %", exit 0."""
+    script = tmp_path / "inductor.py"
+    script.write_text("print('ran')\n")  # compiles nothing with neuron
+    run = _precompile(str(script), "--target", "trn2", "--dir", str(tmp_path / "w"), "--json")
+    assert run.returncode == 1 and "no graph reached the neuron backend" in run.stderr
+    report = json.loads(run.stdout)
+    assert report["summary"]["graphs"] == 0 and report["summary"]["cache_hit_rate"] is None
 
 
 @pytest.mark.slow
