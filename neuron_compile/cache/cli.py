@@ -257,8 +257,17 @@ def _print(cmd: str, result: dict[str, Any]) -> None:
         if result.get("nearest"):
             print(f"differs from nearest entry {result['nearest'][:16]} in:")
             print("\n".join(f"  {line}" for line in result["explain"]) or "  nothing")
-    else:
-        print(json.dumps(result, default=str))
+    elif cmd == "clear":
+        print(f"removed {result['removed']} entries")
+    elif cmd == "export":
+        print(f"exported {len(result['keys'])} entries to {result['bundle']}")
+    else:  # prune, import, promote: the keys they acted on
+        verb = next(k for k in ("removed", "imported", "promoted") if k in result)
+        keys = result[verb]
+        where = f" to {result['remote']}" if result.get("remote") else ""
+        print(f"{verb} {len(keys)} entries{where}")
+        for key in keys:
+            print(f"  {key[:16]}")
 
 
 #: Printed under ``cache ls``: its names are not the names ``neuron_compile.metrics()`` shows.

@@ -138,3 +138,18 @@ def test_prune_rejects_arguments_that_would_match_everything(capsys, store, argv
         main(["cache", "prune", *argv, "--dir", str(c.root), "--json"])
     assert exit_.value.code == 2 and "expected" in capsys.readouterr().err
     assert {e.key for e in c.entries()} == {a, b}
+
+
+def test_maintenance_commands_print_text_without_json(capsys, store, tmp_path):
+    """Without --json, prune, clear, export and import printed raw JSON dicts."""
+    c, a, b = store
+    d = str(c.root)
+    assert main(["cache", "export", a, "-o", str(tmp_path / "b.tar"), "--dir", d]) == 0
+    assert capsys.readouterr().out == f"exported 1 entries to {tmp_path / 'b.tar'}\n"
+    assert main(["cache", "prune", "--keep", "neuronx-cc=2.28.7", "--dir", d]) == 0
+    assert capsys.readouterr().out == f"removed 1 entries\n  {a[:16]}\n"
+    assert main(["cache", "import", str(tmp_path / "b.tar"), "--dir", d]) == 0
+    assert capsys.readouterr().out == f"imported 1 entries\n  {a[:16]}\n"
+    assert main(["cache", "clear", "--dir", d]) == 0
+    out = capsys.readouterr().out
+    assert out == "removed 2 entries\n" and "{" not in out
