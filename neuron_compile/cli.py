@@ -285,6 +285,8 @@ def _main(argv: Sequence[str] | None) -> int:
         else:
             parser.error("arguments after -- are only accepted by `check` and `precompile`")
     if args.command == "check":
+        if args.json:  # `neuron-compile --json check ...`: check's reports are files
+            parser.error("check writes JSON to a file: use `check TARGET --json report.json`")
         return args.check_run(args)
     if args.command == "precompile":
         return args.run(args, args.json)

@@ -105,3 +105,9 @@ def test_neuron_compile_log_accepts_switches_and_numbers_and_never_breaks_the_im
     )  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.split() == ["0"]
     assert "NEURON_COMPILE_LOG='bogus' is not a logging level" in proc.stderr
+
+
+def test_json_before_check_is_a_usage_error_not_ignored():
+    """`neuron-compile --json check x.py` printed the text summary: check's --json takes a path."""
+    proc = _cli("--json", "check", "tests.report.samples:run_clean")
+    assert proc.returncode == 2 and "check TARGET --json report.json" in proc.stderr
