@@ -108,6 +108,11 @@ def _collate_field(
     return _pad_rows(torch.stack(tensors), batch, row_value)
 
 
+def _numbers(sample: list[Any]) -> bool:
+    """A list of plain numbers is one sequence (token ids), not (input, labels...)."""
+    return all(isinstance(x, (int, float)) for x in sample)
+
+
 def bucketed_collate(
     buckets: Sequence[int],
     pad_value: float = 0,
@@ -125,7 +130,8 @@ def bucketed_collate(
 
     - a tensor: returns the padded ``(batch, bucket)`` tensor (padded with ``pad_value``);
     - a tuple/list: element 0 is the input (``pad_value``), the others are labels (``label_pad``),
-      e.g. ``(tokens, next_tokens)`` or ``(tokens, class_id)``; returns a tuple;
+      e.g. ``(tokens, next_tokens)`` or ``(tokens, class_id)``; returns a tuple (a list of plain
+      numbers is one sequence of token ids, as a tensor is);
     - a dict: ``label_key`` is padded with ``label_pad``, the others with ``pad_value``; when
       ``mask_key`` is set and absent, an int64 mask (1 = real token) is added.
 
@@ -142,10 +148,13 @@ def bucketed_collate(
     b_buckets = _check_buckets(batch_buckets) if batch_buckets is not None else None
 
     def collate(samples: list[Any]) -> Any:
+        if not samples:
+            raise ValueError(f"{name}: an empty batch has no bucket (no samples)")
         first = samples[0]
+        as_tuple = isinstance(first, tuple) or (isinstance(first, list) and not _numbers(first))
         if isinstance(first, Mapping):
             fields = {k: [s[k] for s in samples] for k in first}
-        elif isinstance(first, (tuple, list)):
+        elif as_tuple:
             fields = {i: [s[i] for s in samples] for i in range(len(first))}
         else:
             fields = {0: list(samples)}
@@ -181,9 +190,9 @@ def bucketed_collate(
         }
         if isinstance(first, Mapping):
             return out
-        if isinstance(first, (tuple, list)):
+        if as_tuple:
             return tuple(out[i] for i in range(len(first)))
-        return out[0]
+        return out[0]  # one sequence per sample: a tensor, or a list of token ids
 
     return collate
 
@@ -205,6 +214,8 @@ def bucket_batches(
     Use as ``DataLoader(dataset, batch_sampler=bucket_batches(...), collate_fn=...)``.
     """
     b = _check_buckets(buckets)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     g = torch.Generator().manual_seed(seed)
     groups: dict[int, list[int]] = {}
     for i, n in enumerate(lengths):
@@ -309,7 +320,7 @@ class BucketedModule(torch.nn.Module):
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         named = self._named(args, kwargs)
-        seq_inputs = [v for _, _, v in named if isinstance(v, torch.Tensor) and v.dim() > self.dim]
+        seq_inputs = [v for _, _, v in named if isinstance(v, torch.Tensor) and self._has_dim(v)]
         if not seq_inputs:
             raise ValueError(f"BucketedModule: no tensor argument has a dim {self.dim}")
         length, rows = seq_inputs[0].shape[self.dim], seq_inputs[0].shape[0]
@@ -326,7 +337,7 @@ class BucketedModule(torch.nn.Module):
                 # A pad value by parameter name, else by position (bind_partial names them all).
                 given = self.pad_values.get(key, self.pad_values.get(slot))
                 value = 0 if self.mask_arg in (key, slot) else given or 0
-                if v.dim() > self.dim and v.shape[self.dim] == length:
+                if self._has_dim(v) and v.shape[self.dim] == length:
                     v = _pad_dim(v, self.dim, bucket, value)
                 if batch != rows and v.dim() >= 1 and v.shape[0] == rows:
                     v = _pad_rows(v, batch, given)
@@ -341,6 +352,10 @@ class BucketedModule(torch.nn.Module):
         record_bucket_hit(self.name, bucket, rows * length, batch * bucket)
         out = self.module(*new_args, **new_kwargs)
         return self._unpad(out, length, bucket, rows, batch)
+
+    def _has_dim(self, t: torch.Tensor) -> bool:
+        """``t`` has the bucketed dim (``dim=-1`` too: a 0-d loss has none)."""
+        return -t.dim() <= self.dim < t.dim()
 
     def _check_batch_padding(self) -> None:
         from .errors import OptionsError
@@ -361,7 +376,7 @@ class BucketedModule(torch.nn.Module):
 
     def _unpad(self, out: Any, length: int, bucket: int, rows: int, batch: int) -> Any:
         if isinstance(out, torch.Tensor):
-            if bucket != length and out.dim() > self.dim and out.shape[self.dim] == bucket:
+            if bucket != length and self._has_dim(out) and out.shape[self.dim] == bucket:
                 out = out.narrow(self.dim, 0, length)
             if batch != rows and out.dim() >= 1 and out.shape[0] == batch:
                 out = out.narrow(0, 0, rows)

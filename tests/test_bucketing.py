@@ -288,3 +288,19 @@ def test_padding_the_batch_of_a_training_batchnorm_is_refused():
     wrapped(torch.randn(4, 2, 5))  # a full batch needs no padding
     net.eval()
     torch.testing.assert_close(wrapped(x), net(x))
+
+
+def test_edge_inputs_get_clear_errors_or_work():
+    """Each of these raised IndexError or a range() error from inside the helpers."""
+    with pytest.raises(ValueError, match="empty batch"):
+        bucketed_collate([4])([])
+    # Lists of token ids of different lengths are sequences, not (input, labels) tuples.
+    assert bucketed_collate([4])([[1, 2, 3], [4, 5]]).tolist() == [[1, 2, 3, 0], [4, 5, 0, 0]]
+    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+        bucket_batches([3, 5], [8], batch_size=0)
+
+    def lm(x):  # a 0-d loss beside the bucketed dim -1
+        return x.sum(-1), x.float().pow(2).mean()
+
+    per_row, loss = BucketedModule(lm, [8], dim=-1)(torch.ones(2, 5))
+    assert per_row.tolist() == [5.0, 5.0] and loss.dim() == 0
