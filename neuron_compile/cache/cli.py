@@ -117,7 +117,13 @@ def _open(args: argparse.Namespace) -> DiskCache:
     root = args.dir if args.dir is not None else env.root  # type: ignore[union-attr]
     remote = args.remote if args.remote is not None else (env.remote if env else None)
     cmd = args.cache_command
-    if cmd == "verify" and not settings.expand_path(str(root)).is_dir():
+    path = settings.expand_path(str(root))
+    if path.exists() and not path.is_dir():  # `ls` said "0 entries", `clear` gave a wrong hint
+        raise SystemExit(
+            f"neuron-compile: [NC404] cache directory {root} is not a directory "
+            "(check --dir or NEURON_COMPILE_CACHE_DIR)"
+        )
+    if cmd == "verify" and not path.is_dir():
         raise SystemExit(
             f"neuron-compile: [NC404] cache directory {root} does not exist or is not a directory; "
             "nothing was verified (check --dir or NEURON_COMPILE_CACHE_DIR)"

@@ -153,3 +153,13 @@ def test_maintenance_commands_print_text_without_json(capsys, store, tmp_path):
     assert main(["cache", "clear", "--dir", d]) == 0
     out = capsys.readouterr().out
     assert out == "removed 2 entries\n" and "{" not in out
+
+
+@pytest.mark.parametrize("cmd", ["ls", "du", "clear", "prune"])
+def test_a_cache_dir_that_is_a_file_is_nc404_for_every_command(capsys, tmp_path, cmd):
+    """`cache ls --dir FILE` reported 0 entries and exit 0; `clear` hinted at ALLOW_SHARED."""
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("data")
+    with pytest.raises(SystemExit, match=r"NC404.*is not a directory"):
+        main(["cache", cmd, "--dir", str(not_a_dir)])
+    assert not_a_dir.read_text() == "data"
