@@ -23,7 +23,8 @@ LEDGER = "size"
 
 @contextmanager
 def _locked(locks: Path) -> Iterator[int]:
-    fd = os.open(locks / LEDGER, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    # 0o666 less the umask: a group-shared cache (umask 002) lets every writer count.
+    fd = os.open(locks / LEDGER, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield fd

@@ -114,7 +114,8 @@ class DiskCache(Maintenance, FailureRecords):
         self.cache_only = cache_only
         self._warned = False
         # Eviction walks the whole cache; doing that on every put made each compile O(entries).
-        # A running estimate (last scan + what this process wrote since) decides when to walk.
+        # The size ledger every writer shares (ledger.py) decides when to walk, and a walk at
+        # least every RESCAN_SECONDS catches what it cannot see (entries deleted by hand).
         self._last_scan = 0.0
         self._counts: dict[str, float] = dict.fromkeys(
             ("disk_hits", "disk_misses", "remote_hits", "remote_misses", "bytes_read",
