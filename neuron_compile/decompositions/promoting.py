@@ -1,4 +1,5 @@
-"""Backward ops taking a grad and an input: PyTorch's decompositions, promoted as eager promotes.
+"""Ops whose PyTorch decompositions do not promote as eager's kernels: backward ops taking a
+grad and an input, and ``addcmul``/``addcdiv``.
 
 Eager runs each of these ops as one TensorIterator kernel over the grad and the input, which
 promotes them to a common dtype. Their PyTorch decompositions compute in whatever dtypes arrive:
@@ -13,6 +14,10 @@ dtype:
 - an argument name: that argument's dtype. The loss backwards and ``mish_backward`` write into
   a tensor like their input (``zeros_like(input)``, ``empty({0}, input.options())``), computing
   in the promoted dtype and rounding into the input's.
+
+``addcmul``/``addcdiv``'s references promote straight to their float32 computation dtype, where
+eager's kernel first casts every operand to the common dtype: an int32 ``tensor1`` of 257 beside
+a bfloat16 ``self`` is 256 in eager.
 
 Where every operand already has one dtype the wrapper does nothing, so the traced graph is the
 decomposition's own. ``tests/conformance/promotion.py`` checks each against eager with mixed
@@ -50,6 +55,13 @@ GRAD_INPUT_BACKWARDS: dict[Any, tuple[tuple[str, ...], str]] = {
     aten.soft_margin_loss_backward.default: (("grad_output", "self", "target"), "self"),
 }
 
+#: Pointwise ops over three tensors, with the same entries.
+POINTWISE_TERNARIES: dict[Any, tuple[tuple[str, ...], str]] = {
+    aten.addcmul.default: (("self", "tensor1", "tensor2"), "common"),
+    aten.addcdiv.default: (("self", "tensor1", "tensor2"), "common"),
+}
+PROMOTED = {**GRAD_INPUT_BACKWARDS, **POINTWISE_TERNARIES}
+
 
 def _bind(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     names = [a.name for a in op._schema.arguments]
@@ -76,7 +88,7 @@ def promoting(op: Any, decomposition: Callable[..., Any]) -> Callable[..., Any]:
     """``decomposition`` of ``op`` with its operands promoted and its result in eager's dtype."""
     from ..lowering.context import promote_types
 
-    operands, result = GRAD_INPUT_BACKWARDS[op]
+    operands, result = PROMOTED[op]
 
     @functools.wraps(decomposition)
     def decompose(*args: Any, **kwargs: Any) -> Any:
@@ -97,5 +109,5 @@ def promoting(op: Any, decomposition: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def promoting_decompositions(table: dict[Any, Any]) -> dict[Any, Any]:
-    """The entries of ``table`` for ``GRAD_INPUT_BACKWARDS``, each wrapped by ``promoting``."""
-    return {op: promoting(op, table[op]) for op in GRAD_INPUT_BACKWARDS if op in table}
+    """The entries of ``table`` for ``PROMOTED``, each wrapped by ``promoting``."""
+    return {op: promoting(op, table[op]) for op in PROMOTED if op in table}

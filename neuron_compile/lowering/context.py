@@ -73,6 +73,16 @@ def _is_scalar(a: Any) -> bool:
     return isinstance(a, (int, float)) and not isinstance(a, bool)
 
 
+def _is_integer_tensor(a: Any) -> bool:
+    """A dimensioned integer tensor: eager casts it to a half common dtype like any operand."""
+    return (
+        isinstance(a, Value)
+        and a.rank > 0
+        and not a.dtype.is_floating_point
+        and not a.dtype.is_complex
+    )
+
+
 def _rounded(value: int | float, dtype: torch.dtype) -> float:
     return torch.tensor(value, dtype=dtype).item()
 
@@ -160,20 +170,22 @@ class LoweringContext:
         """Convert every argument to one dtype and broadcast all to their common shape.
 
         ``dtype`` overrides the promoted dtype (e.g. a rule that computes in float32).
-        Python scalars become splat constants of the target shape. A scalar operand (a Python
-        number or a 0-d tensor) is first rounded to a bfloat16/float16 result dtype, as eager's
-        kernels read it (``x + 0.1`` adds bfloat16's 0.10009765625); eager's mul and div read it
-        unrounded (``opmath_scalars``).
+        Python scalars become splat constants of the target shape. When the operands' common
+        dtype (the one eager's kernels cast them to) is bfloat16/float16, operands that are not
+        already floating point are first rounded to it, as eager reads them: a scalar (a Python
+        number or a 0-d tensor: ``x + 0.1`` adds bfloat16's 0.10009765625; eager's mul and div
+        read scalars unrounded, ``opmath_scalars``) and an integer tensor (int32 257 == bfloat16
+        256 is true in eager: both are 256 once cast).
         """
-        rounding = None
-        if not opmath_scalars and any(_is_scalar(a) for a in args):
-            result = promote_types(*args, kind=kind)[1]
-            rounding = result if result in _HALF_FLOATS else None
+        common = promote_types(*args, kind=ELEMENTWISE_TYPE_PROMOTION_KIND.NO_OPMATH)[1]
+        rounding = common if common in _HALF_FLOATS else None
         dtype = dtype or self.result_dtype(*args, kind=kind)
         shape = broadcast_shapes(*[a.shape for a in args if isinstance(a, Value)])
         out = []
         for a in args:
-            if rounding is not None and _is_scalar(a):
+            if rounding is not None and (
+                (_is_scalar(a) and not opmath_scalars) or _is_integer_tensor(a)
+            ):
                 a = (
                     self.emit.convert(a, rounding)
                     if isinstance(a, Value)

@@ -157,6 +157,10 @@ BINARY_OPS: tuple[tuple[str, Callable[[Any, Any], Any]], ...] = (
     _binary("clamp_max", lambda a, c: torch.clamp(a, max=c)),
     _binary("lerp", lambda a, c: torch.lerp(a, torch.zeros_like(a), c)),
     _binary("masked_fill", lambda a, c: torch.masked_fill(a, torch.eye(3, 4, dtype=b), c)),
+    # value=1: Dynamo itself rewrites other values into a div/mul in the operands' own dtypes
+    # before any backend sees the op (docs/semantics.md, what every backend shares)
+    _binary("addcmul", lambda a, c: torch.addcmul(a, c, c)),
+    _binary("addcdiv", lambda a, c: torch.addcdiv(a, c, torch.full_like(c, 3))),
 )
 
 # --------------------------------------------------------------------------- backward ops

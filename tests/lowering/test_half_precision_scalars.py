@@ -84,3 +84,39 @@ def test_lerp_weights_are_read_as_eager_reads_them(dtype: torch.dtype, weight) -
     assert actual.dtype == expected.dtype
     wrong = (~_same(actual, expected, dtype)).sum().item()
     assert wrong == 0, f"{wrong} differ"
+
+
+INT_OPS = {
+    "eq": lambda i, h: i == h,
+    "lt": lambda i, h: i < h,
+    "sub": lambda i, h: i - h,
+    "add_alpha": lambda i, h: torch.add(h, i, alpha=3),
+    "div": lambda i, h: i / h,
+    "floor_div": lambda i, h: i // h,
+    "atan2": lambda i, h: torch.atan2(i, h),
+    "addcdiv": lambda i, h: torch.addcdiv(h, i, h),
+    "addcmul": lambda i, h: torch.addcmul(h, i, h),
+    "mul_0d": lambda i, h: i * h[:1].reshape(()),
+    "pow_0d_base": lambda i, h: torch.tensor(-1.0, dtype=h.dtype) ** i,
+}
+
+
+@pytest.mark.filterwarnings("ignore::neuron_compile.compiler.DowncastWarning")  # int64 input
+@pytest.mark.parametrize("int_dtype", [torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", list(INT_OPS))
+def test_integer_tensors_are_rounded_to_a_half_common_dtype(name, dtype, int_dtype) -> None:
+    """Eager casts an integer tensor to the common bfloat16/float16 dtype before computing; it
+    went to float32 directly: int32 257 == bfloat16 256 was False (eager: True), 257 - 256 gave 1
+    (eager: 0), an int beyond float16's range times a float16 0-d gave a number (eager: inf)."""
+    i = torch.arange(-70000, 70000, 97)
+    i = torch.cat([i, torch.tensor([257, 2049, 4097, 65519, 65521, -65521])])
+    i = i.clamp(torch.iinfo(int_dtype).min, torch.iinfo(int_dtype).max).to(int_dtype)
+    h = i.to(dtype).where(i % 3 != 0, torch.tensor(0.75, dtype=dtype))  # equal when rounded
+    op = INT_OPS[name]
+    torch._dynamo.reset()
+    actual = torch.compile(op, backend="neuron")(i, h)
+    expected = op(i, h)
+    assert actual.dtype == expected.dtype
+    wrong = (~_same(actual, expected, dtype)).nonzero().flatten()
+    assert wrong.numel() == 0, f"{wrong.numel()} differ, e.g. i={i[wrong[:3]].tolist()}"

@@ -146,28 +146,29 @@ unary_formula(aten.erfc.default, lambda o, x: erfc(o.ctx, x))
 
 
 # ---- binary arithmetic ----------------------------------------------------------------------
-def _with_alpha(ctx: LoweringContext, b, alpha):
+def _scaled_sum(ctx: LoweringContext, hlo: str, a, b, alpha) -> Value:
+    """``a + alpha * b`` (``hlo`` add or subtract) as eager's kernel computes it: the operands
+    and ``alpha`` cast to their common dtype first (an int32 ``b`` or ``alpha=0.1`` beside a
+    bfloat16 ``a`` is rounded to bfloat16), then the product and sum in the compute dtype."""
     if alpha is None or alpha == 1:
-        return b
-    if isinstance(b, Value):
-        (b, al) = ctx.promote(b, alpha)
-        return ctx.emit.binary("multiply", b, al)
-    return b * alpha
+        return arith(ctx, hlo, a, b)
+    a, b, factor = ctx.promote(a, b, alpha)
+    scaled = ctx.emit.binary("multiply", b, factor)
+    return ctx.emit.convert(ctx.emit.binary(hlo, a, scaled), ctx.out_dtype)
 
 
 @lowering(aten.add.Tensor, aten.add.Scalar, supports=any_dtype)
 def _lower_add(ctx: LoweringContext, a, b, alpha=None) -> Value:
     if ctx.out_dtype == torch.bool:
         return arith(ctx, "or", a, b)
-    return arith(ctx, "add", a, _with_alpha(ctx, b, alpha))
+    return _scaled_sum(ctx, "add", a, b, alpha)
 
 
 @lowering(aten.sub.Tensor, aten.sub.Scalar, aten.rsub.Scalar, supports=any_dtype)
 def _lower_sub(ctx: LoweringContext, a, b, alpha=None) -> Value:
-    b = _with_alpha(ctx, b, alpha)
-    if ctx.node.target is aten.rsub.Scalar:
-        a, b = b, a
-    return arith(ctx, "subtract", a, b)
+    if ctx.node.target is aten.rsub.Scalar:  # other - alpha * self
+        return _scaled_sum(ctx, "subtract", b, a, alpha)
+    return _scaled_sum(ctx, "subtract", a, b, alpha)
 
 
 @lowering(aten.mul.Tensor, aten.mul.Scalar, supports=any_dtype)
