@@ -234,7 +234,7 @@ def compile_frame(
 
         partition_fn = aot_cache.partition_with_pair(partition_fn)
         fw_compiler = SerializableAOTDispatchCompiler(aot_cache.NeuronOutputCode, fw_compiler)
-    aot = aot_autograd(
+    compilers = dict(
         partition_fn=partition_fn,
         fw_compiler=fw_compiler,
         bw_compiler=compiler_for("backward"),
@@ -249,7 +249,16 @@ def compile_frame(
         else contextlib.nullcontext()
     )
     with get_target(cfg.target).frame_routing(cfg), scope, _effect_tokens_inside_graphs():
-        compiled = aot(gm, list(example_inputs))
+        try:
+            compiled = aot_autograd(**compilers)(gm, list(example_inputs))
+        except AssertionError as e:
+            if "set_ on a graph input" not in str(e):
+                raise
+            # `p.data = ...` beside other writes to p: AOTAutograd can only express the set_
+            # inside the graph. The graph then writes its input (copy_, set_), which runs on
+            # the CPU (a FallbackWarning names it), as aot_eager keeps it in its graph too.
+            keep = aot_autograd(**compilers, keep_inference_input_mutations=True)
+            compiled = keep(gm, list(example_inputs))
     done = events.FrameCompiled(frame_name, gm, compiled)
     events.publish(done)
     return done.compiled  # a subscriber may have wrapped it (neuron-compile check's run mode)

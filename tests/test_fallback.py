@@ -200,3 +200,36 @@ def test_values_without_a_stablehlo_type_run_eagerly(dtype):
         assert a.dtype == e.dtype
         assert torch.equal(a.view(torch.uint8), e.view(torch.uint8))
     assert neuron_compile.get_fallback_ops()
+
+
+def test_assigning_data_of_a_tensor_the_function_reads_compiles_and_matches_eager():
+    """`p.data = p.data + x` inside a compiled function crashed in AOTAutograd ("Encountered a
+    set_ on a graph input, but the input has other mutations that we cannot keep in the
+    graph"); aot_eager and Inductor run it. Now the set_ runs on the CPU, loudly."""
+
+    def run(backend):
+        torch._dynamo.reset()
+        p, w = torch.ones(3), torch.nn.Parameter(torch.ones(3))
+
+        def inference(x):
+            p.data = p.data + x
+            return p * 1
+
+        def training(x):
+            w.data = w.data + x
+            return (w * 3).sum()
+
+        f, g = (torch.compile(k, backend=backend) if backend else k for k in (inference, training))
+        outs = []
+        for i in range(3):
+            x = torch.arange(3.0) + i
+            loss = g(x)
+            loss.backward()
+            outs += [f(x), loss.detach(), w.grad.clone()]
+        return [*outs, p, w.detach()]
+
+    expected = run(None)
+    with pytest.warns(FallbackWarning, match=r"aten\.set_"):
+        actual = run("neuron")
+    for a, e in zip(actual, expected, strict=True):
+        assert torch.equal(a, e)
