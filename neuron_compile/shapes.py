@@ -82,7 +82,7 @@ def requested_dynamic(
 
 
 def _signature(args: Sequence[Any]) -> tuple:
-    return (torch.is_grad_enabled(), *map(_signature_of, args))
+    return (torch.is_grad_enabled(), *map(_signature_of, args), _aliasing(args))
 
 
 def _signature_of(value: Any) -> Hashable:
@@ -96,6 +96,24 @@ def _signature_of(value: Any) -> Hashable:
     # An unhashable object (never seen in Dynamo graphs' inputs so far) keys by its type: the
     # compiled graph takes it as a runtime argument, and a key per object would grow forever.
     return value if _hashable(value) else ("unhashable", type(value).__name__)
+
+
+def _aliasing(args: Sequence[Any]) -> tuple:
+    """Which tensor arguments share a storage, and where in it they start. AOTAutograd traces
+    arguments that alias each other through one base, with their offsets in it: that graph must
+    not serve separate tensors (it read the base's size from the first call) or other overlaps."""
+    by_storage: dict[int, list[tuple[int, int]]] = {}
+    for i, a in enumerate(args):
+        if not isinstance(a, torch.Tensor):
+            continue
+        try:
+            ptr, offset = a.untyped_storage().data_ptr(), a.storage_offset()
+        except (RuntimeError, NotImplementedError):  # no storage: nothing to share
+            continue
+        if ptr:
+            by_storage.setdefault(ptr, []).append((i, offset))
+    shared = [tuple(members) for members in by_storage.values() if len(members) > 1]
+    return tuple(sorted(shared))
 
 
 class ShapeSpecializer:

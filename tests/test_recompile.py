@@ -336,3 +336,26 @@ def test_trn2_size_ints_of_automatic_dynamic_graphs_are_constants(monkeypatch):
             x = torch.randn(batch, 6)
             torch.testing.assert_close(compiled(x), f(x))
     assert [r.recompile for r in neuron_compile.metrics()] == [False, True, True]
+
+
+@pytest.mark.filterwarnings("ignore::neuron_compile.shapes.RecompileWarning")
+def test_a_graph_for_inputs_sharing_storage_serves_only_the_same_sharing():
+    """After automatic dynamic shapes, the static graph compiled for two views of one tensor was
+    served to separate tensors of those shapes (RuntimeError: size of tensor a (8) must match
+    ... (4)) and to views at other offsets of the base (wrong values)."""
+
+    def fn(a, b):
+        a.mul_(2)
+        return b + 1
+
+    torch._dynamo.reset()
+    f = torch.compile(fn, backend="neuron")
+    f(torch.zeros(2), torch.zeros(2))
+    f(torch.zeros(3), torch.zeros(3))  # the frame goes dynamic: static graphs per signature
+    for k in (2, 1, 3, 4, 2):
+        base, ref = torch.arange(8.0), torch.arange(8.0)
+        out = f(base[:4], base[k : k + 4])
+        expected = fn(ref[:4], ref[k : k + 4])
+        assert torch.equal(out, expected) and torch.equal(base, ref), k
+    a, b = torch.zeros(4), torch.ones(4)
+    assert torch.equal(f(a, b), torch.full((4,), 2.0)) and torch.equal(a, torch.zeros(4))
