@@ -256,6 +256,10 @@ def _div_floor_float(
     return e.select(e.compare(b, zero, "EQ"), quotient, floordiv)
 
 
+#: Result dtypes whose eager ``pow(x, ±0.5)`` is ``sqrt``/``rsqrt`` (ATen's PowKernel.cpp).
+_ROOT_POWERS = (torch.float32, torch.float64, torch.bfloat16)
+
+
 def _pow_support(node: fx.Node) -> str | None:
     why = any_dtype(node)
     if why or node.target is not aten.pow.Tensor_Scalar:
@@ -275,6 +279,15 @@ def _lower_pow(ctx: LoweringContext, a, b) -> Value:
         (a,) = ctx.promote(a, dtype=ctx.out_dtype)
         return ctx.emit.binary("multiply", a, a)
     out = ctx.out_dtype
+    if ctx.node.target is aten.pow.Tensor_Scalar and b in (0.5, -0.5) and out in _ROOT_POWERS:
+        # Eager's kernel takes these as sqrt and 1 / sqrt: pow(-inf, 0.5) is NaN, pow(-0.0, 0.5)
+        # -0.0, where IEEE pow gives inf and +0.0 (float16 keeps pow, as eager's kernel does).
+        # exact_divide: XLA would turn 1 / sqrt into its rsqrt, an ulp off eager's.
+        def root(x: Value) -> Value:
+            sqrt = ctx.emit.unary("sqrt", x)
+            return sqrt if b == 0.5 else exact_divide(ctx, ctx.full_like(1.0, sqrt), sqrt)
+
+        return float_unary(ctx, a, root)
     if out.is_floating_point or out.is_complex or out == torch.bool:
         return arith(ctx, "power", a, b)
     return _integer_power(ctx, *ctx.promote(a, b, dtype=out))
