@@ -99,21 +99,23 @@ def _signature_of(value: Any) -> Hashable:
 
 
 def _aliasing(args: Sequence[Any]) -> tuple:
-    """Which tensor arguments share a storage, and where in it they start. AOTAutograd traces
-    arguments that alias each other through one base, with their offsets in it: that graph must
-    not serve separate tensors (it read the base's size from the first call) or other overlaps."""
-    by_storage: dict[int, list[tuple[int, int]]] = {}
+    """Which tensor arguments share a storage: its size, and where in it each starts and how it
+    steps. AOTAutograd traces arguments that alias each other as views of one base, laid out as
+    at the first call: that graph must not serve separate tensors (it sized the base from the
+    first call) or other overlaps."""
+    by_storage: dict[int, list[Any]] = {}
     for i, a in enumerate(args):
         if not isinstance(a, torch.Tensor):
             continue
         try:
-            ptr, offset = a.untyped_storage().data_ptr(), a.storage_offset()
+            storage = a.untyped_storage()
+            view = (i, a.storage_offset(), tuple(a.stride()))
+            ptr, size = storage.data_ptr(), storage.nbytes()
         except (RuntimeError, NotImplementedError):  # no storage: nothing to share
             continue
         if ptr:
-            by_storage.setdefault(ptr, []).append((i, offset))
-    shared = [tuple(members) for members in by_storage.values() if len(members) > 1]
-    return tuple(sorted(shared))
+            by_storage.setdefault(ptr, [size]).append(view)
+    return tuple(sorted(tuple(group) for group in by_storage.values() if len(group) > 2))
 
 
 class ShapeSpecializer:
