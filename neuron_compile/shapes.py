@@ -102,20 +102,34 @@ def _aliasing(args: Sequence[Any]) -> tuple:
     """Which tensor arguments share a storage: its size, and where in it each starts and how it
     steps. AOTAutograd traces arguments that alias each other as views of one base, laid out as
     at the first call: that graph must not serve separate tensors (it sized the base from the
-    first call) or other overlaps."""
-    by_storage: dict[int, list[Any]] = {}
-    for i, a in enumerate(args):
-        if not isinstance(a, torch.Tensor):
-            continue
-        try:
-            storage = a.untyped_storage()
-            view = (i, a.storage_offset(), tuple(a.stride()))
-            ptr, size = storage.data_ptr(), storage.nbytes()
-        except (RuntimeError, NotImplementedError):  # no storage: nothing to share
-            continue
+    first call) or other overlaps. Runs on every call of a dynamic frame: one pointer per
+    tensor, details only for the shared ones."""
+    tensor = torch.Tensor
+    try:
+        ptrs = [a.untyped_storage().data_ptr() if isinstance(a, tensor) else 0 for a in args]
+    except (RuntimeError, NotImplementedError):  # a tensor without storage (sparse, nested)
+        ptrs = [_storage_ptr(a) if isinstance(a, tensor) else 0 for a in args]
+    real = [p for p in ptrs if p]
+    if len(set(real)) == len(real):
+        return ()  # the common case: no two arguments share a storage
+    seen: dict[int, list[int]] = {}
+    for i, ptr in enumerate(ptrs):
         if ptr:
-            by_storage.setdefault(ptr, [size]).append(view)
-    return tuple(sorted(tuple(group) for group in by_storage.values() if len(group) > 2))
+            seen.setdefault(ptr, []).append(i)
+    groups = []
+    for members in seen.values():
+        if len(members) > 1:
+            size = args[members[0]].untyped_storage().nbytes()
+            views = [(i, args[i].storage_offset(), tuple(args[i].stride())) for i in members]
+            groups.append((size, *views))
+    return tuple(sorted(groups))
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # no storage (sparse, nested): nothing shared
+        return 0
 
 
 class ShapeSpecializer:
