@@ -1,5 +1,5 @@
 """Ops whose PyTorch decompositions do not promote as eager's kernels: backward ops taking a
-grad and an input, and ``addcmul``/``addcdiv``.
+grad and an input, and pointwise ops (``addcmul``, ``addcdiv``, ``logaddexp``, ``xlogy``).
 
 Eager runs each of these ops as one TensorIterator kernel over the grad and the input, which
 promotes them to a common dtype. Their PyTorch decompositions compute in whatever dtypes arrive:
@@ -15,9 +15,9 @@ dtype:
   a tensor like their input (``zeros_like(input)``, ``empty({0}, input.options())``), computing
   in the promoted dtype and rounding into the input's.
 
-``addcmul``/``addcdiv``'s references promote straight to their float32 computation dtype, where
-eager's kernel first casts every operand to the common dtype: an int32 ``tensor1`` of 257 beside
-a bfloat16 ``self`` is 256 in eager.
+The pointwise ops' references promote straight to their float32 computation dtype, where eager's
+kernel first casts every operand to the common dtype: an int32 ``tensor1`` of 257 beside a
+bfloat16 ``self`` is 256 in eager.
 
 Where every operand already has one dtype the wrapper does nothing, so the traced graph is the
 decomposition's own. ``tests/conformance/promotion.py`` checks each against eager with mixed
@@ -55,12 +55,16 @@ GRAD_INPUT_BACKWARDS: dict[Any, tuple[tuple[str, ...], str]] = {
     aten.soft_margin_loss_backward.default: (("grad_output", "self", "target"), "self"),
 }
 
-#: Pointwise ops over three tensors, with the same entries.
-POINTWISE_TERNARIES: dict[Any, tuple[tuple[str, ...], str]] = {
+#: Pointwise ops whose references promote to float32 straight from integers, with the same
+#: entries (eager casts an int32 2049 beside float16 to 2048 first).
+POINTWISE: dict[Any, tuple[tuple[str, ...], str]] = {
     aten.addcmul.default: (("self", "tensor1", "tensor2"), "common"),
     aten.addcdiv.default: (("self", "tensor1", "tensor2"), "common"),
+    aten.logaddexp.default: (("self", "other"), "common"),
+    aten.logaddexp2.default: (("self", "other"), "common"),
+    aten.xlogy.Tensor: (("self", "other"), "common"),
 }
-PROMOTED = {**GRAD_INPUT_BACKWARDS, **POINTWISE_TERNARIES}
+PROMOTED = {**GRAD_INPUT_BACKWARDS, **POINTWISE}
 
 
 def _bind(op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:

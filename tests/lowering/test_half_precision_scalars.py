@@ -98,6 +98,8 @@ INT_OPS = {
     "addcmul": lambda i, h: torch.addcmul(h, i, h),
     "mul_0d": lambda i, h: i * h[:1].reshape(()),
     "pow_0d_base": lambda i, h: torch.tensor(-1.0, dtype=h.dtype) ** i,
+    "logaddexp": lambda i, h: torch.logaddexp(i, h),  # PyTorch's decomposition, promoted
+    "logaddexp2": lambda i, h: torch.logaddexp2(h, i),
 }
 
 
