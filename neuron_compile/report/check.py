@@ -302,8 +302,7 @@ def _emit(report: Any, args: argparse.Namespace, fail_on: Any, baseline: Any) ->
     for fmt in _FILE_FORMATS:
         dest = getattr(args, f"{fmt}_path")
         if dest:
-            try:
-                Path(dest).parent.mkdir(parents=True, exist_ok=True)
+            try:  # its directory exists: _check_destinations made it before the target ran
                 Path(dest).write_text(formats.RENDERERS[fmt](report, fail_on))
                 paths[fmt] = Path(dest)
             except OSError as e:

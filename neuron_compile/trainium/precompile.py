@@ -327,7 +327,8 @@ def main(args: argparse.Namespace, as_json: bool = False) -> int:
     todo = sum(not j.get("cached_at_collection") for j in jobs)
     workers = pool_size(args.jobs, todo, int(args.ram_per_job * 2**30))
     print(f"{len(jobs)} graphs collected, {todo} to compile, {workers} workers", file=sys.stderr)
-    if not jobs and not args.from_dir:
+    collected_none = not jobs and not args.from_dir
+    if collected_none:
         print(
             "neuron-compile precompile: no graph reached the neuron backend; does the script "
             'compile with torch.compile(..., backend="neuron") (or set '
@@ -358,5 +359,4 @@ def main(args: argparse.Namespace, as_json: bool = False) -> int:
         print(text)
     else:
         print_table(report)
-    collected_none = not jobs and not args.from_dir
     return 1 if report["summary"]["failed"] or status or collected_none else 0
