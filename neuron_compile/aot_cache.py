@@ -221,6 +221,9 @@ def frame(
 
     user_tag = torch.compiler.config.cache_key_tag
     tag = cache_tag(cfg) + (f"|{user_tag}" if user_tag else "")
+    partitions = _collective_partitions(gm) if gm is not None else []
+    if partitions:  # one entry per world size and layout, not one overwriting the other
+        tag += "|groups=" + hashlib.sha256(repr(partitions).encode()).hexdigest()[:16]
     previous = getattr(_local, "frame", None)
     ctx = _Frame(cfg, next_name, start, recompile, tuple(arg_spec(a) for a in args))
     if gm is not None:
@@ -242,6 +245,21 @@ def frame(
             yield
     finally:
         _local.frame = previous
+
+
+def _collective_partitions(gm: fx.GraphModule) -> list[object]:
+    """The partition each collective of ``gm`` and its nested graphs reduces over now. A group is
+    named by a per-process counter ("0" is the world at any size), so the same Dynamo graph at
+    another world size or DeviceMesh layout reduces over other ranks: an entry saved for one must
+    not serve the other (the frame key, made with the tag, tells them apart too)."""
+    from .collectives import graph_replica_groups
+
+    return [
+        groups
+        for module in gm.modules()
+        if isinstance(module, fx.GraphModule)
+        for groups in graph_replica_groups(module)
+    ]
 
 
 def refused_reason() -> str:

@@ -161,8 +161,14 @@ def _translated_groups(name: str, own: tuple[int, ...], world_size: int) -> Grou
 
 
 def group_name_of(node: object) -> str | None:
-    """The ``group_name`` argument of a collective FX node, else None."""
-    schema = getattr(getattr(node, "target", None), "_schema", None)
+    """The ``group_name`` argument of a collective FX node, else None. Dynamo's graphs call the
+    op packet (``_c10d_functional.all_reduce``), AOTAutograd's the overload (``.default``)."""
+    from torch._ops import OpOverloadPacket
+
+    target = getattr(node, "target", None)
+    if isinstance(target, OpOverloadPacket):
+        target = getattr(target, "default", None)
+    schema = getattr(target, "_schema", None)
     if schema is None or getattr(node, "op", None) != "call_function":
         return None
     for i, argument in enumerate(schema.arguments):

@@ -209,7 +209,7 @@ class _FastPlan:
             arrays = token_arrays(args[graph._token_arg])
             if arrays is None:
                 return None
-            saved = self.saved_args(arrays)
+            saved = graph._exe.adopt(self.saved_args(arrays))
         for index, buf in self.staging:
             # No autograd edge into ``buf``: AOTAutograd runs compiled graphs with grad off.
             buf.copy_(args[index])

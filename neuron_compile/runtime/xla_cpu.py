@@ -70,11 +70,17 @@ def compile_options(options: Any) -> Any:
     """``options`` with our XLA CPU settings. Only how XLA CPU compiles a module changes, never
     the module, so what neuronx-cc receives does not; a serialized executable in the on-disk cache
     is keyed by the artifact's bytes and this module's source, so it always matches them."""
-    options.executable_build_options.debug_options.xla_backend_optimization_level = OPT_LEVEL
+    debug = options.executable_build_options.debug_options
+    debug.xla_backend_optimization_level = OPT_LEVEL
+    # Added to the passes the caller disabled (the distributed client keeps its collectives'
+    # barriers that way), never in place of them.
+    disabled = [p for p in debug.xla_disable_hlo_passes.split(",") if p]
+    debug.xla_disable_hlo_passes = ",".join(
+        disabled + [p for p in DISABLED_PASSES if p not in disabled]
+    )
     options.env_option_overrides = [
         ("xla_cpu_use_fusion_emitters", FUSION_EMITTERS),
         ("xla_cpu_parallel_codegen_split_count", CODEGEN_PARTS),
-        ("xla_disable_hlo_passes", ",".join(DISABLED_PASSES)),
     ]
     return options
 
@@ -297,6 +303,14 @@ class XlaCpuExecutable:
             # Zero-copy alias: in-place optimizer updates are visible to XLA without re-import.
             slots[slot] = (t, ptr, array)
         return array
+
+    def adopt(self, arrays: Sequence[Any]) -> Sequence[Any]:
+        """Executor arrays another graph returned (saved activations), on this executable's
+        client: a forward with collectives runs on the distributed client, its backward without
+        any on the local one. The same arrays while the process has one client."""
+        if not _TWO_CLIENTS:
+            return arrays
+        return [self.to_xla(None, 0, a) for a in arrays]
 
     def run(self, arrays: list[Any], export: Sequence[int] | None, register: bool) -> list[Any]:
         """Execute on ``arrays`` (executor arrays in ``@main``'s order). The results listed in

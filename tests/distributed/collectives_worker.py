@@ -120,6 +120,18 @@ def saved_across_clients(group: dist.ProcessGroup) -> Callable[..., torch.Tensor
     return fn
 
 
+def rank_folds(group: dist.ProcessGroup) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """Two collectives whose operands fold to the input itself on rank 0 (``x * 1``, ``x + 0``)
+    and not on rank 1: only the barriers keep them in one order on both ranks."""
+    rank = dist.get_rank()
+
+    def fn(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = funcol.all_reduce(x * (rank + 1), "sum", group)
+        return a, funcol.all_reduce(x + rank, "max", group)
+
+    return fn
+
+
 def _run(fn: Callable[..., object], *args: torch.Tensor) -> dict[str, object]:
     groups: list[list[list[int]]] = []
 
@@ -199,14 +211,24 @@ def main(case: str) -> None:
             else:
                 line.update({"equal": [True] * 2, "fallback": [{}], "groups": []})
             dist.barrier()
+        elif case == "folds":
+            line.update(_run(rank_folds(dist.group.WORLD), _ints(4)))
+        elif case == "any_size":  # the same shapes at every world size
+            line.update(_run(stage_ops(dist.group.WORLD, dist.group.WORLD), _ints(4, 3)))
         elif case == "constants":
             line.update(_run(rank_constants(dist.group.WORLD), torch.zeros(3)))
         elif case == "saved":
             fn = saved_across_clients(dist.group.WORLD)
             x, w = _ints(2, 3), _ints(3, 4)
             eager = _grads(fn, x, w)
-            compiled = _grads(torch.compile(fn, backend="neuron"), x, w)
-            line["equal"] = [bool(torch.equal(e, c)) for e, c in zip(eager, compiled, strict=True)]
+            compiled_fn = torch.compile(fn, backend="neuron")
+            # three steps: the second and third run the backward's planned call
+            steps = [_grads(compiled_fn, x, w) for _ in range(3)]
+            line["equal"] = [
+                bool(torch.equal(e, c))
+                for grads in steps
+                for e, c in zip(eager, grads, strict=True)
+            ]
             line["fallback"] = [r.fallback_ops for r in neuron_compile.metrics()]
             line["graphs"] = len(neuron_compile.metrics())
     line["log_warnings"] = logged.messages

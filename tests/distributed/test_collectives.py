@@ -85,6 +85,25 @@ def test_warm_cache_runs_the_stored_executables(tmp_path: Path) -> None:
     assert [line["sources"] for line in warm] == [["disk"], ["disk"]]
 
 
+def test_a_warm_cache_of_another_world_size_is_not_used(tmp_path: Path) -> None:
+    """A frame cached at world size 2 and run at 3 with the same shapes: its Dynamo graph is the
+    same (the world is group "0" at any size), but its collectives reduce over other ranks. The
+    AOTAutograd entry of size 2 served size 3: two ranks summed over two, the third hung."""
+    env = {
+        "NEURON_COMPILE_CACHE_DIR": str(tmp_path / "neuron"),
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+    }
+    cold = run_ranks(WORKER, ["any_size"], 2, env=env)
+    _check(cold, outputs=2, graphs=1)
+    warm = run_ranks(WORKER, ["any_size"], 3, env=env, timeout=240)
+    _check(warm, outputs=2, graphs=1)
+
+
+def test_collectives_keep_their_order_when_a_rank_folds_their_operands() -> None:
+    lines = run_ranks(WORKER, ["folds"], 2)
+    _check(lines, outputs=2, graphs=1)
+
+
 def test_mesh_dimensions_become_replica_groups_on_four_ranks() -> None:
     lines = run_ranks(WORKER, ["mesh"], 4)
     _check(lines, outputs=3, graphs=1)
@@ -104,4 +123,4 @@ def test_saved_activation_crosses_from_the_distributed_client() -> None:
     """The forward's collective runs on the distributed client, the backward (no collective)
     on the local one; the activation it saved crosses between them."""
     lines = run_ranks(WORKER, ["saved"], 2)
-    _check(lines, outputs=1, graphs=2)
+    _check(lines, outputs=3, graphs=2)

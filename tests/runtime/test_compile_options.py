@@ -37,13 +37,22 @@ def test_every_module_compiles_with_classic_emitters_at_o1_in_four_parts() -> No
     tuned = _settings(xla_cpu.compile_options(xla_client.CompileOptions()))
     assert tuned == (
         1,
-        [
-            ("xla_cpu_use_fusion_emitters", False),
-            ("xla_cpu_parallel_codegen_split_count", 4),
-            ("xla_disable_hlo_passes", "algsimp"),
-        ],
+        [("xla_cpu_use_fusion_emitters", False), ("xla_cpu_parallel_codegen_split_count", 4)],
     )
+    debug = xla_cpu.compile_options(xla_client.CompileOptions()).executable_build_options
+    assert debug.debug_options.xla_disable_hlo_passes == "algsimp"
     assert tuned != default
+
+
+def test_passes_the_caller_disabled_stay_disabled() -> None:
+    """The distributed client disables the pass that drops its collectives' barriers; ours are
+    added to it. Replaced, the barriers went and two ranks paired their collectives crosswise
+    (``tests/distributed/test_collectives.py``)."""
+    options = xla_client.CompileOptions()
+    options.executable_build_options.debug_options.xla_disable_hlo_passes = "cse_barrier_expander"
+    debug = xla_cpu.compile_options(options).executable_build_options.debug_options
+    assert debug.xla_disable_hlo_passes.split(",") == ["cse_barrier_expander", "algsimp"]
+    assert all(name != "xla_disable_hlo_passes" for name, _ in options.env_option_overrides)
 
 
 def _reductions(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
