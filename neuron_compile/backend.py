@@ -105,13 +105,18 @@ def _input_sources(gm: fx.GraphModule) -> list[str | None]:
 
 
 def _input_names(gm: fx.GraphModule) -> list[str]:
-    """Names for recompile diagnoses: the user's name of each tensor input (``x``), the FX name
-    of everything else (size symbols such as ``s0`` keep theirs: the diagnosis skips them)."""
+    """Names for recompile diagnoses: the user's name of each input (``x``, ``step``), the FX
+    name of the sizes, strides and offsets of tensor inputs (size symbols such as ``s0``: the
+    diagnosis skips them) and of inputs Dynamo recorded no source for."""
     nodes = gm.graph.find_nodes(op="placeholder")
     return [
-        source if source and isinstance(node.meta.get("example_value"), torch.Tensor) else node.name
+        node.name if not source or _SIZE_SOURCE.search(source) else source
         for source, node in zip(_input_sources(gm), nodes, strict=True)
     ]
+
+
+#: Sources of a tensor input's size, stride or storage offset (``L['x'].size()[0]``).
+_SIZE_SOURCE = re.compile(r"\.(size|stride|storage_offset)\(\)")
 
 
 def _symbolic_in_user_terms(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> list[str]:

@@ -242,6 +242,10 @@ def _static_fakes(args: Sequence[Any]) -> list[Any]:
 # shape (dynamic=None). Budget and strict mode are checked before the compile starts.
 
 
+#: The pseudo-input every specialization records the grad mode under.
+GRAD_MODE = "grad mode"
+
+
 @dataclass(frozen=True)
 class InputSpec:
     """What a static graph was specialized on, per input: shape/dtype/stride, or a Python value.
@@ -285,7 +289,7 @@ def input_specs(names: Sequence[str], args: Sequence[Any]) -> tuple[InputSpec, .
     tensors whose storage FSDP2 has freed (``untyped_storage().resize_(0)``); printing one reads
     freed memory (a segfault), and printing live ones cost 0.36 s for 200 of them.
     """
-    specs = [InputSpec("grad mode", None, value=torch.is_grad_enabled())]
+    specs = [InputSpec(GRAD_MODE, None, value=torch.is_grad_enabled())]
     for i, a in enumerate(args):
         _add_specs(specs, user_name(names[i]) if i < len(names) else f"input {i}", a)
     return tuple(specs)
@@ -355,6 +359,8 @@ def _changes(
         if o is None:
             if n.shape is not None:
                 out.append(f"new input {n.name} shape {list(n.shape)}")
+            elif not _SIZE_SYMBOL.match(n.name):  # a number Dynamo had baked in before
+                out.append(f"new input {n.name}={n.value!r}")
             continue
         if n.shape is not None and o.shape is not None and len(n.shape) == len(o.shape):
             for d, (a, b) in enumerate(zip(o.shape, n.shape, strict=True)):
@@ -394,6 +400,51 @@ def _new_shape(history: Sequence[tuple[InputSpec, ...]], new: tuple[InputSpec, .
         if all(before.get(name) == shape for name, shape in tensors.items()):
             return False
     return True
+
+
+def _fix(history: Sequence[tuple[InputSpec, ...]], new: tuple[InputSpec, ...]) -> str:
+    """What to do about a recompile for ``new``: by what changed since the earlier compiles."""
+    if _new_shape(history, new):
+        return (
+            "pad variable dimensions to fixed buckets (neuron_compile.bucketing; "
+            "`neuron-compile buckets plan` picks them)"
+        )
+    shapes = {n.name: n.shape for n in new if n.shape is not None}
+    same_shapes = [o for o in history if all(shapes.get(x.name, x.shape) == x.shape for x in o)]
+    kinds = {kind for old in same_shapes for kind in _change_kinds(old, new)}
+    if "dtype" in kinds:
+        return (
+            "an input's dtype changed (model.half()/.to(dtype), or inputs of another dtype): "
+            "each dtype is one compile; warm up each dtype you use"
+        )
+    if "value" in kinds:
+        return (
+            "a Python number among the inputs changed value, and each value is one compile: "
+            "pass it as a tensor (torch.tensor(n)) if it is data, or keep it fixed"
+        )
+    # grad mode, model.train()/eval(), a flag: each such mode is one compile
+    return (
+        "no input shape changed: the graph depends on a mode (grad mode, "
+        "model.train()/eval(), a global flag); run each mode you use once during warm-up"
+    )
+
+
+def _change_kinds(old: tuple[InputSpec, ...], new: tuple[InputSpec, ...]) -> set[str]:
+    """Which of "dtype" (a tensor's) and "value" (a Python number's) differ between two
+    specializations of one shape."""
+    before = {o.name: o for o in old}
+    kinds = set()
+    for n in new:
+        if _SIZE_SYMBOL.match(n.name) or n.name == GRAD_MODE:  # a mode, not a number
+            continue
+        o = before.get(n.name)
+        if o is None:  # a number Dynamo had baked into the earlier graph
+            kinds.update(["value"] if n.shape is None else [])
+        elif n.shape is not None and o.dtype != n.dtype:
+            kinds.add("dtype")
+        elif n.shape is None and o.shape is None and o.value != n.value:
+            kinds.add("value")
+    return kinds
 
 
 def diagnose(
@@ -486,16 +537,7 @@ def note_compile(
             frame.recompiles = n
             _events.append(f"{name}: {why}")
     what = f"{name}: new static compile for {why}"
-    if _new_shape(frame.history[:-1] if recorded else frame.history, specs):
-        fix = (
-            "pad variable dimensions to fixed buckets (neuron_compile.bucketing; "
-            "`neuron-compile buckets plan` picks them)"
-        )
-    else:  # grad mode, model.train()/eval(), a flag: each such mode is one compile
-        fix = (
-            "no input shape changed: the graph depends on a mode (grad mode, model.train()/"
-            "eval(), a global flag); run each mode you use once during warm-up"
-        )
+    fix = _fix(frame.history[:-1] if recorded else frame.history, specs)
     if strict:
         raise RecompileLimitError(
             what,
@@ -516,7 +558,10 @@ def note_compile(
         # What warm-up is for: one compile per bucket and mode, before mark_warmup_done().
         log.info("%s: warm-up compile for %s (recompile %d)", name, why, n)
         return True
-    short = why if len(why) <= 100 else why[:96].rsplit(", ", 1)[0] + ", ..."
+    # Cut between changes, never inside one (a single long reason stays whole).
+    short = (
+        why if len(why) <= 100 or ", " not in why[:96] else why[:96].rsplit(", ", 1)[0] + ", ..."
+    )
     warn(
         f"neuron-compile: recompiling for {short} (recompile {n} of {name}). Each recompile is "
         f"a separate Trainium compilation: {fix}.",
@@ -557,8 +602,8 @@ def _warmup_compile(
             elif n.shape is not None or (o is not None and o.shape is not None):
                 same_otherwise = False  # a tensor input appeared, or one became a value
             elif o is not None and o.value != n.value and not _SIZE_SYMBOL.match(n.name):
-                mode |= n.name == "grad mode"
-                same_otherwise &= n.name == "grad mode"  # a flag, a Python number: not warm-up
+                mode |= n.name == GRAD_MODE
+                same_otherwise &= n.name == GRAD_MODE  # a flag, a Python number: not warm-up
         if same_otherwise and (sizes or mode) and all(size in buckets for size in sizes):
             return True
     return False

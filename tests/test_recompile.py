@@ -359,3 +359,47 @@ def test_a_graph_for_inputs_sharing_storage_serves_only_the_same_sharing():
         assert torch.equal(out, expected) and torch.equal(base, ref), k
     a, b = torch.zeros(4), torch.ones(4)
     assert torch.equal(f(a, b), torch.full((4,), 2.0)) and torch.equal(a, torch.zeros(4))
+
+
+def _recompiles(calls) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for call in calls:
+            call()
+    return [str(w.message) for w in caught if issubclass(w.category, RecompileWarning)]
+
+
+def test_a_python_number_that_changes_is_named_and_advised_on():
+    """Each value of a Python int argument is a compile: the warning names the argument as the
+    user does and says to pass it as a tensor, not that a mode changed."""
+
+    def f(x, step):
+        return x * step + 1
+
+    g = torch.compile(f, backend="neuron")
+    x = torch.ones(3)
+    msgs = _recompiles([functools.partial(g, x, step) for step in range(4)])
+    assert len(msgs) == 3, msgs
+    assert "step=3 (was 2)" in msgs[-1], msgs
+    for msg in msgs:
+        assert "torch.tensor(n)" in msg and "depends on a mode" not in msg, msg
+
+
+def test_a_dtype_change_is_advised_on_as_one():
+    model = torch.nn.Linear(4, 4)
+    g = torch.compile(model, backend="neuron")
+    x = torch.randn(2, 4)
+    msgs = _recompiles([lambda: g(x), lambda: model.bfloat16(), lambda: g(x.bfloat16())])
+    assert len(msgs) == 1, msgs
+    assert "dtype torch.bfloat16 (was torch.float32)" in msgs[0]
+    assert "an input's dtype changed" in msgs[0] and "depends on a mode" not in msgs[0]
+
+
+def test_a_single_long_reason_is_not_cut():
+    """A recompile for a guard on a global flag: the one long reason stays whole."""
+    flag = {"on": False}
+    k = torch.compile(lambda x: x * (3 if flag["on"] else 2), backend="neuron")
+    x = torch.ones(3)
+    msgs = _recompiles([lambda: k(x), lambda: flag.update(on=True), lambda: k(x)])
+    assert len(msgs) == 1, msgs
+    assert "TORCH_LOGS=recompiles shows which" in msgs[0], msgs
