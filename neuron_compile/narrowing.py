@@ -9,7 +9,8 @@ are not report findings:
 - int64 values used only as indices into a dimension below 2**31 (token ids into an embedding,
   gather/scatter/index_select indices, nll_loss targets), through views and ignore-index masks:
   a valid index fits int32, and an invalid one is an error either way;
-- BatchNorm's ``num_batches_tracked``: a step counter only ever incremented by 1;
+- BatchNorm's ``num_batches_tracked`` when the graph only increments it by 1 and hands it back:
+  exact for fewer than 2**31 steps (a counter restored from a checkpoint at or above that wraps);
 - activations a backward graph reads from its forward: the forward computed them narrowed.
 
 64-bit values an op makes inside a graph (``widens``) are one entry per dtype: any float64, and
@@ -178,6 +179,20 @@ def user_name(source: str) -> str:
     return name
 
 
+def _counted_only(node: fx.Node) -> bool:
+    """Whether ``node`` is only ever incremented by 1 and handed back, as BatchNorm's training
+    step does with its counter; read any other way (a cumulative-average momentum divides by
+    it, user code may multiply by it) its narrowing is not exact by construction."""
+    increments = (_aten.add.Tensor, _aten.add.Scalar)
+    return bool(node.users) and all(
+        user.op == "call_function"
+        and user.target in increments
+        and list(user.args) == [node, 1]
+        and all(out.op == "output" for out in user.users)
+        for user in node.users
+    )
+
+
 def describe(node: fx.Node, label: str | None, position: int, old: object, new: object) -> str:
     """The ``downcasts`` entry of graph input ``node`` (the ``position``-th) narrowed from dtype
     ``old`` to ``new``; ``label``: its ``meta["user_input"]`` (``backend._label_user_inputs``),
@@ -189,7 +204,8 @@ def describe(node: fx.Node, label: str | None, position: int, old: object, new: 
     # partitioned graph. Its FX name means nothing to the user; its position may.
     name = f"input {position}" if label is None else user_name(label)
     if old == torch.int64 and name.rsplit(".", 1)[-1] == "num_batches_tracked":
-        return f"{name}: {change}{EXEMPT}BatchNorm step counter]"
+        if _counted_only(node):
+            return f"{name}: {change}{EXEMPT}BatchNorm step counter]"
     if old == torch.int64 and index_only(node):
         return f"{name}: {change}{EXEMPT}used only as an index]"
     return f"{name}: {change}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import warnings
 
+import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -107,6 +108,25 @@ def test_unet_with_batchnorm_trains_without_warnings():
     counters = [d for d in _narrowed("forward") if "num_batches_tracked" in d]
     assert len(counters) == 5 and all(EXEMPT in d for d in counters)
     assert "d1.1.num_batches_tracked: torch.int64 -> torch.int32" in counters[0]
+
+
+def test_a_counter_named_like_batchnorms_but_read_is_warned_about():
+    """The exemption is for a counter the graph only increments: one it multiplies by (here
+    past 2**31, where int32 wraps) is narrowed like any int64 input, and said so."""
+
+    class Counter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("num_batches_tracked", torch.tensor(3_000_000_000))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.num_batches_tracked.add_(1)
+            return x * self.num_batches_tracked
+
+    with pytest.warns(DowncastWarning, match="num_batches_tracked"):
+        torch.compile(Counter(), backend="neuron")(torch.ones(1))
+    counters = [d for d in _narrowed("inference") if "num_batches_tracked" in d]
+    assert counters and not any(EXEMPT in d for d in counters), counters
 
 
 def test_tiny_lm_with_int64_token_ids_trains_without_warnings():
