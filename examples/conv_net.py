@@ -112,8 +112,18 @@ def main(steps: int = 40, every: int = 5) -> None:
         rel = abs(eager[i] - compiled[i]) / max(abs(eager[i]), 1e-12)
         print(f"{i:>5}  {eager[i]:>10.6f}  {compiled[i]:>10.6f}  {rel:>9.1e}")
     print(f"train: eager {t1 - t0:.2f} s, neuron {t2 - t1:.2f} s (includes compilation)")
-    # Rounding differences compound over many momentum steps; 1e-3 still catches any real bug.
-    torch.testing.assert_close(torch.tensor(compiled), torch.tensor(eager), rtol=1e-3, atol=1e-5)
+    # Rounding differences compound over momentum steps, and this net's training amplifies some
+    # of them: one ulp added to one weight moves eager's own loss at step 39 by 7e-4. So the
+    # first half of the curve must match tightly, and the rest within 2e-2 (a wrong gradient
+    # or optimizer step is off by far more, from the first steps on).
+    half = steps // 2
+    first, rest = slice(0, half), slice(half, steps)
+    torch.testing.assert_close(
+        torch.tensor(compiled[first]), torch.tensor(eager[first]), rtol=1e-4, atol=1e-6
+    )
+    torch.testing.assert_close(
+        torch.tensor(compiled[rest]), torch.tensor(eager[rest]), rtol=2e-2, atol=1e-5
+    )
     assert eager[-1] < 0.5 * eager[0], "the conv net did not learn the task"
 
     x_test, y_test = make_data(1, seed=1)[0]  # same batch size: no recompile
