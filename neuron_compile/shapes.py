@@ -438,8 +438,9 @@ def _change_kinds(old: tuple[InputSpec, ...], new: tuple[InputSpec, ...]) -> set
         if _SIZE_SYMBOL.match(n.name) or n.name == GRAD_MODE:  # a mode, not a number
             continue
         o = before.get(n.name)
-        if o is None:  # a number Dynamo had baked into the earlier graph
-            kinds.update(["value"] if n.shape is None else [])
+        if o is None:
+            if n.shape is None:  # a number Dynamo had baked into the earlier graph
+                kinds.add("value")
         elif n.shape is not None and o.dtype != n.dtype:
             kinds.add("dtype")
         elif n.shape is None and o.shape is None and o.value != n.value:

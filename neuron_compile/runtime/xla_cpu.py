@@ -59,8 +59,8 @@ CODEGEN_PARTS = 4
 #: ``sqrt(x * x)`` becomes ``|x|``, ``exp(a) * exp(b)`` becomes ``exp(a + b)``, ``x * C1 * C2``
 #: becomes ``x * (C1 * C2)``, all of them finite where eager overflows to inf or NaN, and
 #: ``x * convert(mask)`` becomes ``select(mask, x, 0)``: 0 where eager's ``inf * 0`` is NaN and
-#: its ``-2.0 * 0`` is -0.0. The executor
-#: checks numerics against eager, so it evaluates the module as written. Measured over the 26
+#: its ``-2.0 * 0`` is -0.0. The executor checks numerics against eager, so it evaluates the
+#: module as written. Measured over the 26
 #: graphs of ``benchmarks/bench_models.py`` (docs/benchmarks.md): compiles +3 %, executions +8 %
 #: (conv nets: transposes around their convolutions stay copies); transformers within noise.
 DISABLED_PASSES = ("algsimp",)
