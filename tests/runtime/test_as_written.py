@@ -1,12 +1,14 @@
 """The executor evaluates a module as written: XLA's algebraic simplifier, which rewrites floating
 point as real numbers (``(x + C) - C`` to ``x``, ``log(exp(x))`` to ``x``), never runs
 (``runtime/xla_cpu.py:DISABLED_PASSES``). Each expression below gave another answer than eager
-with it: finite where eager overflows, unrounded where eager rounds."""
+with it: finite where eager overflows, unrounded where eager rounds. A module XLA's own rewrites
+cannot compile without it still compiles, with it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 ROUND_TO_INTEGER = 1.5 * 2**23  # (x + c) - c rounds x to an integer (ties to even)
 
@@ -31,3 +33,22 @@ def test_floating_point_expressions_are_evaluated_as_eager_does(name: str) -> No
     fn = EXPRESSIONS[name]
     torch._dynamo.reset()
     _same(torch.compile(fn, backend="neuron")(x), fn(x))
+
+
+def test_a_module_xla_cannot_compile_without_its_simplifier_compiles_with_it() -> None:
+    """XLA CPU rewrote this grouped strided convolution's gradient into a negative padding its
+    emitter rejects ("should have been eliminated" by the simplifier): NC301 before."""
+    torch.manual_seed(0)
+
+    def conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, w, stride=3, padding=1, dilation=2, groups=2)
+
+    x, w = torch.randn(2, 5), torch.randn(2, 1, 3)
+    grads = []
+    for fn in (torch.compile(conv, backend="neuron"), conv):
+        torch._dynamo.reset()
+        leaves = [x.clone().requires_grad_(), w.clone().requires_grad_()]
+        fn(*leaves).sum().backward()
+        grads.append([leaf.grad for leaf in leaves])
+    for compiled, eager in zip(*grads, strict=True):
+        torch.testing.assert_close(compiled, eager)
