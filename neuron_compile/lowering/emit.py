@@ -286,6 +286,14 @@ class Emitter:
         high: Sequence[int],
         interior: Sequence[int],
     ) -> Value:
+        if any(p < 0 for p in (*low, *high)):
+            # A negative edge crops. XLA CPU's emitter rejects it and leaves it to the algebraic
+            # simplifier, which the executor does not run (runtime/xla_cpu.py): pad, then slice.
+            padded = self.pad(x, value, [max(p, 0) for p in low], [max(p, 0) for p in high],
+                              interior)  # fmt: skip
+            start = [max(-p, 0) for p in low]
+            limit = [d - max(-p, 0) for d, p in zip(padded.shape, high, strict=True)]
+            return self.slice(padded, start, limit, [1] * padded.rank)
         shape = [
             lo + hi + d + max(d - 1, 0) * it
             for d, lo, hi, it in zip(x.shape, low, high, interior, strict=True)

@@ -66,19 +66,18 @@ CODEGEN_PARTS = 4
 DISABLED_PASSES = ("algsimp",)
 
 
-def compile_options(options: Any, simplify: bool = False) -> Any:
+def compile_options(options: Any) -> Any:
     """``options`` with our XLA CPU settings. Only how XLA CPU compiles a module changes, never
     the module, so what neuronx-cc receives does not; a serialized executable in the on-disk cache
-    is keyed by the artifact's bytes and this module's source, so it always matches them.
-    ``simplify``: run XLA's algebraic simplifier after all (modules XLA cannot compile without
-    it)."""
+    is keyed by the artifact's bytes and this module's source, so it always matches them."""
     debug = options.executable_build_options.debug_options
     debug.xla_backend_optimization_level = OPT_LEVEL
     # Added to the passes the caller disabled (the distributed client keeps its collectives'
     # barriers that way), never in place of them.
     disabled = [p for p in debug.xla_disable_hlo_passes.split(",") if p]
-    ours = () if simplify else DISABLED_PASSES
-    debug.xla_disable_hlo_passes = ",".join(disabled + [p for p in ours if p not in disabled])
+    debug.xla_disable_hlo_passes = ",".join(
+        disabled + [p for p in DISABLED_PASSES if p not in disabled]
+    )
     options.env_option_overrides = [
         ("xla_cpu_use_fusion_emitters", FUSION_EMITTERS),
         ("xla_cpu_parallel_codegen_split_count", CODEGEN_PARTS),
@@ -261,17 +260,9 @@ class XlaCpuExecutable:
                 serialized, client.devices, client.options()
             )
         elif artifact is not None:
+            options = compile_options(client.options())
             _import_jax_meanwhile()
-            try:
-                options = compile_options(client.options())
-                self._exe = self._backend.compile_and_load(artifact, client.devices, options)
-            except Exception as e:
-                # Some of XLA CPU's own rewrites leave work to its simplifier: a grouped strided
-                # convolution's gradient ended in "negative padding in IrEmitter ... should have
-                # been eliminated". Such a module compiles the way XLA does by default.
-                log.info("XLA CPU compiles this module with its algebraic simplifier: %s", e)
-                options = compile_options(client.options(), simplify=True)
-                self._exe = self._backend.compile_and_load(artifact, client.devices, options)
+            self._exe = self._backend.compile_and_load(artifact, client.devices, options)
         else:
             raise TypeError("XlaCpuExecutable needs an artifact or a serialized executable")
 

@@ -1,8 +1,8 @@
 """The executor evaluates a module as written: XLA's algebraic simplifier, which rewrites floating
 point as real numbers (``(x + C) - C`` to ``x``, ``log(exp(x))`` to ``x``), never runs
 (``runtime/xla_cpu.py:DISABLED_PASSES``). Each expression below gave another answer than eager
-with it: finite where eager overflows, unrounded where eager rounds. A module XLA's own rewrites
-cannot compile without it still compiles, with it."""
+with it: finite where eager overflows, unrounded where eager rounds. Without it, XLA CPU's
+emitter rejects a negative (cropping) edge padding, so none is ever emitted."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ def test_floating_point_expressions_are_evaluated_as_eager_does(name: str) -> No
     _same(torch.compile(fn, backend="neuron")(x), fn(x))
 
 
-def test_a_module_xla_cannot_compile_without_its_simplifier_compiles_with_it() -> None:
-    """XLA CPU rewrote this grouped strided convolution's gradient into a negative padding its
-    emitter rejects ("should have been eliminated" by the simplifier): NC301 before."""
+def test_a_cropping_pad_compiles_without_the_simplifier() -> None:
+    """This grouped strided convolution's gradient crops with a negative edge padding, which
+    XLA CPU's emitter rejected ("should have been eliminated" by the simplifier): NC301."""
     torch.manual_seed(0)
 
     def conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
