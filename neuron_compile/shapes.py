@@ -346,11 +346,12 @@ def bucket_for(size: int, buckets: Sequence[int]) -> int | None:
 
 def _changes(
     old: tuple[InputSpec, ...], new: tuple[InputSpec, ...], buckets: Sequence[int] | None
-) -> list[str]:
-    """Differences between two specializations, matched by input name.
+) -> list[tuple[str, str]]:
+    """Differences between two specializations, matched by input name, as ``(kind, text)``:
+    kind "shape", "dtype", "value" (a Python number's), "mode" (the grad mode) or "gone".
 
     A symbolic graph (automatic dynamic) has extra size-symbol inputs (``s77``); inputs present on
-    one side only are ignored unless they are tensors.
+    one side only are ignored unless they are tensors or numbers Dynamo had baked in before.
     """
     before = {o.name: o for o in old}
     out = []
@@ -358,9 +359,9 @@ def _changes(
         o = before.pop(n.name, None)
         if o is None:
             if n.shape is not None:
-                out.append(f"new input {n.name} shape {list(n.shape)}")
+                out.append(("shape", f"new input {n.name} shape {list(n.shape)}"))
             elif not _SIZE_SYMBOL.match(n.name):  # a number Dynamo had baked in before
-                out.append(f"new input {n.name}={n.value!r}")
+                out.append(("value", f"new input {n.name}={n.value!r}"))
             continue
         if n.shape is not None and o.shape is not None and len(n.shape) == len(o.shape):
             for d, (a, b) in enumerate(zip(o.shape, n.shape, strict=True)):
@@ -373,45 +374,51 @@ def _changes(
                             if bucket is not None
                             else f", larger than the largest bucket {buckets[-1]}"
                         )
-                    out.append(text)
+                    out.append(("shape", text))
         elif o.shape != n.shape:
-            out.append(f"{n.name} shape {list(n.shape or ())} (was {list(o.shape or ())})")
+            out.append(
+                ("shape", f"{n.name} shape {list(n.shape or ())} (was {list(o.shape or ())})")
+            )
         if o.dtype != n.dtype and o.dtype is not None and n.dtype is not None:
-            out.append(f"{n.name} dtype {n.dtype} (was {o.dtype})")
+            out.append(("dtype", f"{n.name} dtype {n.dtype} (was {o.dtype})"))
         if (
             o.shape is None
             and n.shape is None
             and o.value != n.value
             and not _SIZE_SYMBOL.match(n.name)
         ):
-            out.append(f"{n.name}={n.value!r} (was {o.value!r})")
-    out.extend(f"input {o.name} gone" for o in before.values() if o.shape is not None)
+            kind = "mode" if n.name == GRAD_MODE else "value"
+            out.append((kind, f"{n.name}={n.value!r} (was {o.value!r})"))
+    out.extend(("gone", f"input {o.name} gone") for o in before.values() if o.shape is not None)
     return out
 
 
-def _new_shape(history: Sequence[tuple[InputSpec, ...]], new: tuple[InputSpec, ...]) -> bool:
-    """True unless some earlier specialization had every tensor input ``new`` has, with the same
-    shape (inputs that disappeared, such as BatchNorm's counter in eval mode, do not count)."""
+def _same_shapes(
+    history: Sequence[tuple[InputSpec, ...]], new: tuple[InputSpec, ...]
+) -> list[tuple[InputSpec, ...]]:
+    """The earlier specializations that had every tensor input ``new`` has, with the same shape
+    (inputs that disappeared, such as BatchNorm's counter in eval mode, do not count)."""
     tensors = {
         n.name: n.shape for n in new if n.shape is not None and not _SIZE_SYMBOL.match(n.name)
     }
+    same = []
     for old in history:
         before = {o.name: o.shape for o in old}
         if all(before.get(name) == shape for name, shape in tensors.items()):
-            return False
-    return True
+            same.append(old)
+    return same
 
 
 def _fix(history: Sequence[tuple[InputSpec, ...]], new: tuple[InputSpec, ...]) -> str:
-    """What to do about a recompile for ``new``: by what changed since the earlier compiles."""
-    if _new_shape(history, new):
+    """What to do about a recompile for ``new``: by what changed since the earlier compiles of
+    the same shapes (none: a new shape)."""
+    same = _same_shapes(history, new)
+    if not same:
         return (
             "pad variable dimensions to fixed buckets (neuron_compile.bucketing; "
             "`neuron-compile buckets plan` picks them)"
         )
-    shapes = {n.name: n.shape for n in new if n.shape is not None}
-    same_shapes = [o for o in history if all(shapes.get(x.name, x.shape) == x.shape for x in o)]
-    kinds = {kind for old in same_shapes for kind in _change_kinds(old, new)}
+    kinds = {kind for old in same for kind, _ in _changes(old, new, None)}
     if "dtype" in kinds:
         return (
             "an input's dtype changed (model.half()/.to(dtype), or inputs of another dtype): "
@@ -429,25 +436,6 @@ def _fix(history: Sequence[tuple[InputSpec, ...]], new: tuple[InputSpec, ...]) -
     )
 
 
-def _change_kinds(old: tuple[InputSpec, ...], new: tuple[InputSpec, ...]) -> set[str]:
-    """Which of "dtype" (a tensor's) and "value" (a Python number's) differ between two
-    specializations of one shape."""
-    before = {o.name: o for o in old}
-    kinds = set()
-    for n in new:
-        if _SIZE_SYMBOL.match(n.name) or n.name == GRAD_MODE:  # a mode, not a number
-            continue
-        o = before.get(n.name)
-        if o is None:
-            if n.shape is None:  # a number Dynamo had baked into the earlier graph
-                kinds.add("value")
-        elif n.shape is not None and o.dtype != n.dtype:
-            kinds.add("dtype")
-        elif n.shape is None and o.shape is None and o.value != n.value:
-            kinds.add("value")
-    return kinds
-
-
 def diagnose(
     history: Sequence[tuple[InputSpec, ...]],
     new: tuple[InputSpec, ...],
@@ -456,7 +444,7 @@ def diagnose(
     """What changed versus the closest previously compiled specialization (latest on ties)."""
     best: list[str] | None = None
     for old in reversed(history):
-        changes = _changes(old, new, buckets)
+        changes = [text for _, text in _changes(old, new, buckets)]
         if best is None or len(changes) < len(best):
             best = changes
     if not best:
