@@ -256,8 +256,10 @@ def _div_floor_float(
     return e.select(e.compare(b, zero, "EQ"), quotient, floordiv)
 
 
-#: Result dtypes whose eager ``pow(x, ±0.5)`` is ``sqrt``/``rsqrt`` (ATen's PowKernel.cpp).
-_ROOT_POWERS = (torch.float32, torch.float64, torch.bfloat16)
+#: Result dtypes whose eager ``pow(x, ±0.5)`` is ``sqrt``/``rsqrt``, ``pow(x, -1)`` is ``1 / x``,
+#: and ``pow(x, 3)`` and ``pow(x, -2)`` are ``x * x * x`` and ``1 / (x * x)`` rounded after each
+#: operation, not ``pow`` (ATen's PowKernel.cpp).
+_EAGER_POWERS = (torch.float32, torch.float64, torch.bfloat16)
 
 
 def _pow_support(node: fx.Node) -> str | None:
@@ -275,11 +277,21 @@ def _pow_support(node: fx.Node) -> str | None:
 
 @lowering(aten.pow.Tensor_Tensor, aten.pow.Tensor_Scalar, aten.pow.Scalar, supports=_pow_support)
 def _lower_pow(ctx: LoweringContext, a, b) -> Value:
-    if ctx.node.target is aten.pow.Tensor_Scalar and b == 2:
-        (a,) = ctx.promote(a, dtype=ctx.out_dtype)
-        return ctx.emit.binary("multiply", a, a)
-    out = ctx.out_dtype
-    if ctx.node.target is aten.pow.Tensor_Scalar and b in (0.5, -0.5) and out in _ROOT_POWERS:
+    e, out = ctx.emit, ctx.out_dtype
+    scalar_exp = ctx.node.target is aten.pow.Tensor_Scalar
+    if scalar_exp and b in (0, 1):  # eager fills ones or copies, for every dtype
+        return e.full(1, ctx.out_shape, out) if b == 0 else ctx.promote(a, dtype=out)[0]
+    if scalar_exp and (b == 2 or (b in (3, -1, -2) and out in _EAGER_POWERS)):
+        # Eager's own products and quotient, so its bits: its pow(x, 3.0) is x * x * x rounded
+        # twice, not the cube rounded once. XLA would call libm's powf for every element.
+        (a,) = ctx.promote(a, dtype=out)
+        if b == -1:
+            return e.binary("divide", ctx.full_like(1, a), a)
+        square = e.binary("multiply", a, a)
+        if b == 3:
+            return e.binary("multiply", square, a)
+        return square if b == 2 else e.binary("divide", ctx.full_like(1, square), square)
+    if scalar_exp and b in (0.5, -0.5) and out in _EAGER_POWERS:
         # Eager's kernel takes these as sqrt and 1 / sqrt: pow(-inf, 0.5) is NaN, pow(-0.0, 0.5)
         # -0.0, where IEEE pow gives inf and +0.0 (float16 keeps pow, as eager's kernel does).
         # exact_divide: XLA would turn 1 / sqrt into its rsqrt, an ulp off eager's.
