@@ -159,3 +159,37 @@ def test_logit_clamps_and_rounds_as_eagers_kernel(dtype, eps):
     else:
         assert torch.equal(actual.nan_to_num(), expected.nan_to_num())
         assert torch.equal(actual.isnan(), expected.isnan())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_acosh_below_minus_one_is_nan(dtype):
+    # Found by fuzzing: the formula's sqrt((x - 1)(x + 1)) is real again below -1, so acosh(-1e10)
+    # was 0 and acosh(-1e20) inf; eager gives NaN everywhere below 1.
+    x = torch.tensor([-2.0, -1e4, -1e10, -1e20, -3e38, -float("inf"), 0.5, 1.0, 2.0, 1e30])
+    x = x.to(dtype)
+    actual, expected = _compiled(torch.acosh)(x), torch.acosh(x)
+    assert torch.equal(actual.isnan(), expected.isnan()), actual.tolist()
+    torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+def test_flip_of_a_zero_dim_tensor_is_the_tensor():
+    # Found by fuzzing: the verifier rejected stablehlo.reverse of dimension 0 of a 0-d tensor.
+    def fn(x):
+        return (x * 2).flip(0), x.flip(-1)
+
+    x = torch.tensor(3.0)
+    assert _compiled(fn)(x) == fn(x)
+
+
+@pytest.mark.parametrize("value", [0.5, -2.7, 3.0])
+def test_integer_addcmul_casts_a_float_value_like_eager(value):
+    # Found by fuzzing: PyTorch's reference rejects a float value= for integer tensors (a
+    # ValueError at compile time); eager's kernel casts it to the integer type.
+    def fn(a, b):
+        return torch.addcmul(a, a, b, value=value)
+
+    a = torch.tensor([1, 2, 3], dtype=torch.int32)
+    b = torch.tensor([4, -5, 6], dtype=torch.int32)
+    actual = _compiled(fn)(a, b)
+    assert actual.dtype == torch.int32
+    assert torch.equal(actual, fn(a, b))

@@ -338,6 +338,8 @@ def _lower_tril_triu_indices(
 # ---- reordering and tiling ------------------------------------------------------------------
 @lowering(aten.flip.default, supports=any_dtype)
 def _lower_flip(ctx: LoweringContext, x: Value, dims: Sequence[int]) -> Value:
+    if x.rank == 0:  # eager takes dim 0 or -1 of a 0-d tensor as its one element: nothing moves
+        return x
     dims = sorted({normalize_dim(d, x.rank) for d in dims})
     return ctx.emit.reverse(x, dims) if dims else x
 

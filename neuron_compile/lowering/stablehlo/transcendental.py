@@ -51,10 +51,12 @@ def _asinh(o: Ops, x: Value) -> Value:
 
 def _acosh(o: Ops, x: Value) -> Value:
     # log1p((x - 1) + sqrt((x - 1)(x + 1))) is exact near 1; log(2x) once x^2 would overflow.
-    # x < 1 gives sqrt(negative) = NaN, as eager does.
+    # Outside the domain (x < 1) NaN, as eager: the formula is NaN only for -1 < x < 1 (below -1
+    # the product is positive again: acosh(-1e10) was 0, acosh(-1e20) inf).
     xm1 = o.sub(x, 1.0)
     moderate = o.log_plus_one(o.add(xm1, o.sqrt(o.mul(xm1, o.add(x, 1.0)))))
-    return o.e.select(o.lt(x, 1e18), moderate, o.add(o.log(x), _LN2))
+    y = o.e.select(o.lt(x, 1e18), moderate, o.add(o.log(x), _LN2))
+    return o.e.select(o.lt(x, 1.0), o.c(math.nan), y)
 
 
 def _atanh(o: Ops, x: Value) -> Value:
