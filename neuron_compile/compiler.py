@@ -54,7 +54,7 @@ from .metrics import GraphRecord
 from .partition import is_fully_supported, partition, split_reasons, summarize
 from .passes import pipeline_for, run_pipeline
 from .runtime.distributed import over_ranks
-from .runtime.xla_cpu import XlaCpuExecutable
+from .runtime.xla_cpu import XlaCpuExecutable, runs_on_one_thread
 from .saved import META_KEY, POOL_INDICES
 from .targets import CompileJob, get_target
 from .warn_once import NeuronCompileWarning, once_set, warn, warn_once
@@ -334,8 +334,10 @@ def _executable(
     module_text: str | None = None,
     replicas: int = 1,
     ranks: tuple[int, ...] = (),
+    one_thread: bool = False,
 ) -> XlaCpuExecutable:
-    """The XLA CPU executable of ``art``: this host's disk entry, or compiled (and stored).
+    """The XLA CPU executable of ``art``: this host's disk entry, or compiled (and stored); on
+    the one-thread client when ``one_thread`` (the executable is the same either way).
 
     Executables are host-specific (CPU features are in their key), never exported or promoted,
     and not locked per key: an XLA CPU compile takes seconds, so two processes racing on one both
@@ -351,7 +353,9 @@ def _executable(
     entry = disk.get(digest) if disk is not None else None
     if entry is not None and is_local_only(entry.manifest):
         try:
-            return XlaCpuExecutable(serialized=entry.read(EXECUTABLE_FILE), ranks=ranks)
+            return XlaCpuExecutable(
+                serialized=entry.read(EXECUTABLE_FILE), ranks=ranks, one_thread=one_thread
+            )
         except NeuronCompileError:  # the user's setting (e.g. a bad env var), not the entry
             raise
         except Exception as e:  # an executable this jaxlib cannot load: rebuild it
@@ -370,7 +374,7 @@ def _executable(
         run_input = artifact_mod.executable_input(art, form)
         if replicas > 1 and ranks != tuple(range(replicas)):  # for the ranks' own runtime
             run_input = over_ranks(artifact_mod.artifact_text(art, form), ranks).encode()
-        exe = XlaCpuExecutable(run_input, ranks=ranks)
+        exe = XlaCpuExecutable(run_input, ranks=ranks, one_thread=one_thread)
     except NeuronCompileError:  # already says what to do (a bad NEURON_COMPILE_* value): no bug
         raise
     except Exception as e:
@@ -408,8 +412,13 @@ def _bound_executable(
     """``(artifact, executable)``; a cached artifact that is not its module's serialization is
     quarantined and rebuilt here (not re-read: the remote tier may hold the same forgery)."""
     replicas, ranks = lowered.num_replicas, lowered.reachable_ranks
+    one = len(ranks) <= 1 and runs_on_one_thread(lowered.text)
+    if one:
+        log.debug("graph %s: small enough for one XLA CPU thread", name)
     try:
-        return art, _executable(art, key, name, disk, cfg.artifact, module_text, replicas, ranks)
+        return art, _executable(
+            art, key, name, disk, cfg.artifact, module_text, replicas, ranks, one
+        )
     except UnboundArtifact as e:
         assert disk is not None
         digest = key.digest()
@@ -422,7 +431,7 @@ def _bound_executable(
             graph_name=cache_name(name),
             components=key.components(),
         )
-        return art, _executable(art, key, name, disk, cfg.artifact, replicas=replicas, ranks=ranks)
+        return art, _executable(art, key, name, disk, cfg.artifact, None, replicas, ranks, one)
 
 
 def _key_of(lowered: LoweredGraph, cfg: NeuronConfig) -> CacheKey:

@@ -98,10 +98,11 @@ def retain_freed_blocks() -> bool:
     return tuned
 
 
-def make_cpu_client(xla_client: Any, **kwargs: Any) -> Any:
-    """``xla_client.make_cpu_client`` with ``intra_op_threads()`` threads. jaxlib has no
-    parameter for it: the variable is set for the constructor's call and restored after it."""
-    threads = intra_op_threads()
+def make_cpu_client(xla_client: Any, threads: int | None = None, **kwargs: Any) -> Any:
+    """``xla_client.make_cpu_client`` with ``threads`` (default: ``intra_op_threads()``) threads.
+    jaxlib has no parameter for it: the variable is set for the constructor's call and restored
+    after it."""
+    threads = threads or intra_op_threads()
     retain_freed_blocks()  # before the client's threads first allocate, so they share the arena
     saved = os.environ.get(THREAD_ENV_VARS[0])
     os.environ[THREAD_ENV_VARS[0]] = str(threads)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import math
+import re
 import sys
 import threading
 import weakref
@@ -17,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .client import Client, make_cpu_client
+from .client import Client, intra_op_threads, make_cpu_client
 
 log = logging.getLogger(__name__)
 
@@ -85,18 +87,68 @@ def compile_options(options: Any) -> Any:
     return options
 
 
-#: True once a process has a distributed client beside the local one: arrays may then belong to
-#: either, and ``to_xla`` checks which (a ~0.5 us device test nobody else pays).
+#: True once a process has a second client beside the local one (distributed, or one-thread):
+#: arrays may then belong to either, and ``to_xla`` checks which (a ~0.5 us device test nobody
+#: else pays).
 _TWO_CLIENTS = False
 
+#: A module runs on one thread when it has no convolution, none of its matrix products exceeds
+#: ``ONE_THREAD_MACS`` multiply-adds and none of its tensors ``ONE_THREAD_ELEMENTS`` elements.
+#: Such a module's kernels are too small to gain from a second thread what waking it costs, and
+#: beside eager PyTorch a second XLA thread contends for a core with torch's OpenMP workers,
+#: which spin for ~2.5 ms after each parallel torch op (the optimizer's): in train steps of the
+#: transformers of ``benchmarks/bench_models.py`` (products up to 4.2M multiply-adds), one
+#: thread ran GPT-2 9 %, BERT 19 %, Llama 21 %, ViT 31 % and ConvNeXt 11 % faster; the conv nets
+#: and the MLP (a 16.8M product) ran 10-40 % slower, so they keep every thread. The thread count
+#: changes rounding in reductions, never the module: the same module always gets the same.
+ONE_THREAD_MACS = 8 * 2**20
+ONE_THREAD_ELEMENTS = 2**20
+_DOT = re.compile(
+    r'"stablehlo\.dot_general"[^\n]*?lhs_contracting_dimensions = \[([\d, ]*)\][^\n]*?'
+    r": \(tensor<([^>]*)>, tensor<[^>]*>\) -> tensor<([^>]*)>"
+)
+_TENSOR = re.compile(r"tensor<([\dx]*)[a-z]")
 
-def _client_for(ranks: tuple[int, ...]) -> Client:
+
+def _dims(tensor_type: str) -> list[int]:
+    return [int(d) for d in tensor_type.split("x")[:-1]]
+
+
+def runs_on_one_thread(module_text: str) -> bool:
+    """Whether the module ``module_text`` (our emitter's text) runs on a one-thread client."""
+    if intra_op_threads() == 1 or '"stablehlo.convolution"' in module_text:
+        return False
+    for contracting, lhs, result in _DOT.findall(module_text):
+        lhs_dims = _dims(lhs)
+        depth = math.prod(lhs_dims[int(d)] for d in contracting.split(",") if d.strip())
+        if math.prod(_dims(result)) * depth > ONE_THREAD_MACS:
+            return False
+    return all(
+        math.prod(int(d) for d in dims.split("x") if d) <= ONE_THREAD_ELEMENTS
+        for dims in set(_TENSOR.findall(module_text))
+    )
+
+
+@lru_cache(maxsize=1)
+def _one_thread_client():
+    """A second local client, with one intra-op thread (``runs_on_one_thread``)."""
+    global _TWO_CLIENTS
+    from jaxlib import xla_client
+
+    _client()  # the default client comes first: arrays made without an executable are its
+    backend = make_cpu_client(xla_client, threads=1)
+    _TWO_CLIENTS = True
+    device = backend.devices()[0]
+    return backend, device, xla_client.DeviceList((device,)), xla_client
+
+
+def _client_for(ranks: tuple[int, ...], one_thread: bool = False) -> Client:
     """The client a module whose collectives reach ``ranks`` runs on: the local one (no
-    collectives, or a group of this rank alone), or the distributed one those ranks join
-    (``runtime/distributed.py``)."""
+    collectives, or a group of this rank alone), or its one-thread twin when ``one_thread``, or
+    the distributed one those ranks join (``runtime/distributed.py``)."""
     global _TWO_CLIENTS
     if len(ranks) <= 1:
-        backend, device, devices, xla_client = _client()
+        backend, device, devices, xla_client = _one_thread_client() if one_thread else _client()
         return Client(backend, device, devices, xla_client.CompileOptions)
     from .distributed import distributed_client
 
@@ -245,6 +297,7 @@ class XlaCpuExecutable:
         *,
         serialized: bytes | None = None,
         ranks: tuple[int, ...] = (),
+        one_thread: bool = False,
     ) -> None:
         """Compile ``artifact``, or load ``serialized`` (bytes from ``serialize()`` of an
         executable built by this jaxlib on a host with the same CPU features). Loading runs
@@ -252,8 +305,9 @@ class XlaCpuExecutable:
 
         ``ranks``: a module with collectives that reach these ranks (its replica groups numbered
         by their position in ``ranks``: ``distributed.over_ranks``), compiled on the client they
-        share, one replica per rank; it runs on this rank's device."""
-        client = _client_for(ranks)
+        share, one replica per rank; it runs on this rank's device. ``one_thread``: run on the
+        one-thread client (``runs_on_one_thread``); the same executable either way."""
+        client = _client_for(ranks, one_thread)
         self._backend, self._device = client.backend, client.device
         if serialized is not None:
             self._exe = self._backend.deserialize_executable(
