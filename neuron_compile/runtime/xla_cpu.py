@@ -361,8 +361,11 @@ class XlaCpuExecutable:
     def adopt(self, arrays: Sequence[Any]) -> Sequence[Any]:
         """Executor arrays another graph returned (saved activations), on this executable's
         client: a forward with collectives runs on the distributed client, its backward without
-        any on the local one. The same arrays while the process has one client."""
-        if not _TWO_CLIENTS:
+        any on the local one, a small module's on the one-thread client. The same arrays when
+        they are on this executable's device: they are one execution's results, so all on one
+        client, and the first tells (``to_xla`` per array, or reading each array's device, cost
+        a small GPT's backward 15-20 us a call)."""
+        if not _TWO_CLIENTS or not arrays or arrays[0].device is self._device:
             return arrays
         return [self.to_xla(None, 0, a) for a in arrays]
 
