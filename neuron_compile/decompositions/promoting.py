@@ -99,20 +99,19 @@ def promoting(op: Any, decomposition: Callable[..., Any]) -> Callable[..., Any]:
     def decompose(*args: Any, **kwargs: Any) -> Any:
         bound = _bind(op, args, kwargs)
         tensors = [bound[n] for n in operands if isinstance(bound.get(n), Tensor)]
-        common = promote_types(*tensors)[1]
-        if isinstance(bound.get("value"), float) and not (
-            common.is_floating_point or common.is_complex
+        if isinstance(bound.get("value"), float) and not any(
+            t.is_floating_point() or t.is_complex() for t in tensors
         ):
             # Eager's integer kernel casts value= to the integer (0.5 is 0, -2.7 is -2); the
             # reference rejects a float value for integers outright.
             bound["value"] = int(bound["value"])
-            args, kwargs = (), bound
         if len({t.dtype for t in tensors}) <= 1:
-            return _call(op, decomposition, bound) if not args else decomposition(*args, **kwargs)
+            return _call(op, decomposition, bound)
+        common = promote_types(*tensors)[1]
         if op in POINTWISE and common not in (torch.bfloat16, torch.float16):
             # Only a half common dtype rounds what the reference reads exactly; its own
             # promotion is eager's otherwise (xlogy of two ints is float32, not their int).
-            return decomposition(*args, **kwargs)
+            return _call(op, decomposition, bound)
         out_dtype = common if result == "common" else bound[result].dtype
         for name in operands:
             value = bound.get(name)

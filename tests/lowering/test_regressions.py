@@ -193,3 +193,15 @@ def test_integer_addcmul_casts_a_float_value_like_eager(value):
     actual = _compiled(fn)(a, b)
     assert actual.dtype == torch.int32
     assert torch.equal(actual, fn(a, b))
+
+
+def test_mixed_integer_addcmul_casts_a_float_value_like_eager():
+    # The same through the promoting path: int16 self, int32 tensors.
+    def fn(a, b):
+        return torch.addcmul(a, b, b, value=2.5)
+
+    a = torch.tensor([1, 2, 3], dtype=torch.int16)
+    b = torch.tensor([4, -5, 6], dtype=torch.int32)
+    actual, expected = _compiled(fn)(a, b), fn(a, b)
+    assert actual.dtype == expected.dtype
+    assert torch.equal(actual, expected)
