@@ -24,7 +24,6 @@ from .client import Client, intra_op_threads, make_cpu_client
 log = logging.getLogger(__name__)
 
 
-@lru_cache(maxsize=1)
 def _client():
     """Our own XLA CPU client, straight from jaxlib: ``import jax`` (for ``jax.extend``'s shared
     backend) would cost ~0.9 s before the first compile; the first array imports it anyway, but
@@ -33,9 +32,15 @@ def _client():
 
     Graphs without collectives always run here, on every rank: a rank may compile a graph the
     others never do (an evaluation on rank 0), which the distributed client could not allow."""
+    return _local_client(None)
+
+
+@lru_cache(maxsize=2)
+def _local_client(threads: int | None):
+    """A local client with ``threads`` intra-op threads (None: ``intra_op_threads()``)."""
     from jaxlib import xla_client
 
-    backend = make_cpu_client(xla_client)
+    backend = make_cpu_client(xla_client, threads=threads)
     device = backend.devices()[0]
     return backend, device, xla_client.DeviceList((device,)), xla_client
 
@@ -129,17 +134,12 @@ def runs_on_one_thread(module_text: str) -> bool:
     )
 
 
-@lru_cache(maxsize=1)
 def _one_thread_client():
     """A second local client, with one intra-op thread (``runs_on_one_thread``)."""
     global _TWO_CLIENTS
-    from jaxlib import xla_client
-
     _client()  # the default client comes first: arrays made without an executable are its
-    backend = make_cpu_client(xla_client, threads=1)
     _TWO_CLIENTS = True
-    device = backend.devices()[0]
-    return backend, device, xla_client.DeviceList((device,)), xla_client
+    return _local_client(1)
 
 
 def _client_for(ranks: tuple[int, ...], one_thread: bool = False) -> Client:
