@@ -42,6 +42,10 @@ def decomposition_table(target: str = "cpu") -> dict[Any, Any]:
     # Lowered whole (lowering/stablehlo/attention.py): PyTorch's decomposition of the CPU flash
     # op returns the attention weights where the op returns the log-sum-exp its backward reads.
     table.pop(aten._scaled_dot_product_flash_attention_for_cpu.default, None)
+    # Lowered whole (lowering/stablehlo/reduction.py): PyTorch decomposes them into a float32
+    # sqrt(var), where eager takes the root of a double variance, finite beyond float32's range.
+    table.pop(aten.std.correction, None)
+    table.pop(aten.std_mean.correction, None)
     for op in get_target(target).kept_ops():
         table.pop(op, None)
     return table

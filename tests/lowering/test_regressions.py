@@ -205,3 +205,24 @@ def test_mixed_integer_addcmul_casts_a_float_value_like_eager():
     actual, expected = _compiled(fn)(a, b), fn(a, b)
     assert actual.dtype == expected.dtype
     assert torch.equal(actual, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_var_and_std_of_huge_deviations_do_not_overflow(dtype):
+    # Eager computes var/std of float32 and bf16 in double: deviations beyond 1.8e19 square
+    # without overflowing. In float32 the squares (or their sum) were inf: std gave inf where
+    # eager gives 3e19, var_mean's mean inf where eager gives 1.5e38.
+    def fn(x):
+        return (
+            torch.std(x, dim=1),
+            torch.var(x, dim=1, correction=0),
+            torch.std_mean(x, dim=1, keepdim=True),
+            torch.var_mean(x, dim=1),
+        )
+
+    x = torch.tensor(
+        [[3e19, -3e19, 1.0, 0.0], [1e19, 1e19, 1e19, -1e19], [3e38, 3e38, 1.0, 2.0], [1, 2, 3, 4]]
+    ).to(dtype)
+    actual, expected = _compiled(fn)(x), fn(x)
+    assert torch.isfinite(actual[0][:2]).all()  # the rows whose float32 squares overflowed
+    torch.testing.assert_close(actual, expected, equal_nan=True)

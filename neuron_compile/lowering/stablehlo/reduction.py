@@ -121,31 +121,80 @@ def moments(
     return mean, var
 
 
+def _power_of_two_scales(
+    ctx: LoweringContext, x: Value, dims: Sequence[int]
+) -> tuple[Value, Value]:
+    """``(2^-E, 2^E)`` per slice of float32 ``x`` over ``dims`` (kept as size-1 dims), ``E`` the
+    exponent of the slice's largest magnitude, clamped so that both are normal floats. Read from
+    the bits: no arithmetic that could round or flush."""
+    e = ctx.emit
+    top = keep_dims(ctx, e.reduce_simple(e.unary("abs", x), 0.0, dims, "maximum"), x, dims, True)
+    bits = e.bitcast_convert(top, torch.int32)
+
+    def i32(value: int) -> Value:
+        return e.full(value, bits.shape, torch.int32)
+
+    biased = e.binary("and", e.binary("shift_right_logical", bits, i32(23)), i32(0xFF))
+    biased = e.clamp(i32(1), biased, i32(253))
+    down = e.binary("shift_left", e.binary("subtract", i32(254), biased), i32(23))
+    up = e.binary("shift_left", biased, i32(23))
+    return e.bitcast_convert(down, torch.float32), e.bitcast_convert(up, torch.float32)
+
+
+def wide_moments(
+    ctx: LoweringContext, x: Value, dims: Sequence[int], correction: float, root: bool
+) -> tuple[Value, Value]:
+    """Mean and variance (standard deviation with ``root``) of ``x`` over ``dims``, kept as
+    size-1 dims, for ``var``/``std`` and their ``_mean`` forms.
+
+    Eager computes these in double for float32 (and bf16/f16) inputs, so deviations up to
+    float32's largest value square without overflowing: ``std([1e20, -1e20, 3, 5])`` is 1.15e20
+    and ``var_mean([3e38, 3e38, 1, 2])``'s mean 1.5e38. In float32 the squares (or the sum)
+    overflowed to inf. Each slice is first scaled by a power of two that brings its largest
+    magnitude into [1, 2): exact, and rounding commutes with it, so wherever the unscaled
+    float32 computation stays finite the bits are its bits; scaled back after the sums (and the
+    square root), a result overflows only where eager's double result does not fit float32.
+    float64 computes as eager does, unscaled (eager's squares overflow there too)."""
+    e = ctx.emit
+    x = e.convert(x, ctx.compute_dtype(x.dtype))
+    if x.dtype != torch.float32:
+        mean, var = moments(ctx, x, dims, correction)
+        return mean, e.unary("sqrt", var) if root else var
+    down, up = _power_of_two_scales(ctx, x, dims)
+    mean, var = moments(
+        ctx, e.binary("multiply", x, ctx.broadcast_to(down, x.shape)), dims, correction
+    )
+    if root:
+        var = e.binary("multiply", e.unary("sqrt", var), up)
+    else:  # 2^E twice: 2^2E itself may not be a float32
+        var = e.binary("multiply", e.binary("multiply", var, up), up)
+    return e.binary("multiply", mean, up), var
+
+
+_ROOTS = (aten.std.correction, aten.std_mean.correction)
+
+
 @lowering(aten.var.correction, aten.std.correction, supports=floats)
 def _lower_var_std(
     ctx: LoweringContext, x: Value, dim=None, *, correction=None, keepdim: bool = False
 ) -> Value:
     e = ctx.emit
     dims = reduce_dims(dim, x.rank)
-    _, var = moments(
-        ctx, e.convert(x, ctx.compute_dtype(x.dtype)), dims, 1 if correction is None else correction
-    )
+    correction = 1 if correction is None else correction
+    _, var = wide_moments(ctx, x, dims, correction, ctx.node.target in _ROOTS)
     if not keepdim:
         var = e.reshape(var, [d for i, d in enumerate(x.shape) if i not in dims])
-    if ctx.node.target is aten.std.correction:
-        var = e.unary("sqrt", var)
     return e.convert(var, ctx.out_dtype)
 
 
-@lowering(aten.var_mean.correction, supports=floats)
+@lowering(aten.var_mean.correction, aten.std_mean.correction, supports=floats)
 def _lower_var_mean(
     ctx: LoweringContext, x: Value, dim=None, *, correction=None, keepdim: bool = False
 ) -> tuple[Value, Value]:
     e = ctx.emit
     dims = reduce_dims(dim, x.rank)
-    mean, var = moments(
-        ctx, e.convert(x, ctx.compute_dtype(x.dtype)), dims, 1 if correction is None else correction
-    )
+    correction = 1 if correction is None else correction
+    mean, var = wide_moments(ctx, x, dims, correction, ctx.node.target in _ROOTS)
     if not keepdim:
         kept = [d for i, d in enumerate(x.shape) if i not in dims]
         mean, var = e.reshape(mean, kept), e.reshape(var, kept)
