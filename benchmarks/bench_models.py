@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import gc
 import json
 import os
 import statistics
@@ -385,6 +386,10 @@ def bench_model(name: str, steps: int | None, inductor: bool, repeats: int = 3) 
         """A fresh copy's cold first call under ``backend``; its error is recorded, not raised."""
         torch._dynamo.reset()
         neuron_compile.reset_metrics()
+        # A full collection scans every live object (~0.2-0.4 s here): start each first call
+        # from an empty young generation, as torch._dynamo.utils.timed does, so that whichever
+        # backend happens to cross Python's threshold does not pay for the others' garbage.
+        gc.collect()
         try:
             r = Runner(model, backend, optimizer)
             row[f"{key}_s"], loss, grads = r.first_call(batch)

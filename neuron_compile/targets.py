@@ -3,8 +3,8 @@
 The core (backend, compiler, lowering, passes, cache, runtime) never names a target. It asks the
 ``Target`` of the config for everything that differs between targets: which lowering forms win
 over the reference rules, which passes run, what to check before compiling, how to compile and
-what the graph runs on. The base class *is* the ``cpu`` target: every hook is a no-op, and the
-graph runs on XLA's CPU client.
+what the graph runs on. In the base class every hook is a no-op, and the graph runs on XLA's CPU
+client; the ``cpu`` target is that, plus the ops its own forms lower whole (``CpuTarget``).
 
 Other targets are plugins, found through the ``neuron_compile.targets`` entry-point group (one
 entry per target name, ``pyproject.toml``); their package is imported only when one of them is
@@ -55,7 +55,7 @@ class CompileJob:
 
 @dataclass(frozen=True)
 class Target:
-    """A compilation target. This base class is the ``cpu`` target (XLA's CPU client)."""
+    """A compilation target. Its hooks are the defaults: the graph runs on XLA's CPU client."""
 
     name: str = "cpu"
     #: Registry keys whose rules win over the reference rule for this target, in lookup order
@@ -122,7 +122,17 @@ class Target:
         return []
 
 
-CPU = Target(lowering_keys=(CPU_KEY,))
+@dataclass(frozen=True)
+class CpuTarget(Target):
+    """The ``cpu`` target: the base hooks, and the ops its own forms lower whole."""
+
+    def kept_ops(self) -> Iterable[Any]:
+        from .cpu.kept_ops import KEPT_OPS
+
+        return KEPT_OPS
+
+
+CPU = CpuTarget(lowering_keys=(CPU_KEY,))
 
 
 def _entries(group: str) -> dict[str, Any]:

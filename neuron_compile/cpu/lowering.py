@@ -63,6 +63,7 @@ from ..lowering.stablehlo.conv import (
     transpose_rhs_padding,
 )
 from . import CPU_KEY
+from .kept_ops import KEPT_OPS
 from .windows import (
     windows_do_not_overlap,
     windows_forward,
@@ -413,7 +414,13 @@ def _shared_grad_output(node: fx.Node) -> bool:
         and val is not None
         and val.dtype == torch.float32
         and grad_out.op == "call_function"
-        and grad_out.target is not operator.getitem  # another op's result: already in memory
+        and (
+            # another op's result is already in memory, except the grad_input of a norm's
+            # backward kept whole (kept_ops.py): elementwise code around its sums, which XLA
+            # fuses into each reader as it did the decomposition
+            grad_out.target is not operator.getitem
+            or getattr(grad_out.args[0], "target", None) in KEPT_OPS
+        )
     )
 
 

@@ -1,6 +1,6 @@
 """Convolution, pooling and batch norm compiled with ``backend="neuron"`` vs eager, forward and
 backward (the backward graphs exercise convolution_backward, the pooling backward ops and the
-decomposed batch-norm backward)."""
+batch-norm backward, which the cpu target lowers whole)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import neuron_compile
 from tests.parity import graph_kinds
 
 aten = torch.ops.aten
@@ -294,3 +295,33 @@ def test_batch_norm_eval_matches_eager():
 def test_batch_norm_bf16_matches_eager(train):
     model = nn.BatchNorm2d(4).bfloat16().train(train)
     _check_module_steps(model, torch.randn(3, 4, 5, 5).bfloat16(), BF16)
+
+
+KEPT_WHOLE = {
+    "batch_norm": (
+        aten.native_batch_norm_backward.default,
+        lambda: nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU()),
+        (2, 3, 6, 6),
+    ),
+    "layer_norm": (
+        aten.native_layer_norm_backward.default,
+        lambda: nn.Sequential(nn.Linear(6, 8), nn.LayerNorm(8), nn.GELU()),
+        (3, 5, 6),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(KEPT_WHOLE))
+def test_norm_backward_is_lowered_whole_on_cpu_and_decomposed_for_trn(name, tmp_path, monkeypatch):
+    # Tracing PyTorch's decomposition of every BatchNorm's backward (~30 ops) cost ResNet-18's
+    # first call 0.17 s: the cpu target keeps these ops whole; trn targets still decompose them.
+    from neuron_compile.capture import decomposition_table
+
+    op, make, shape = KEPT_WHOLE[name]
+    assert op not in decomposition_table("cpu") and op in decomposition_table("trn2")
+    monkeypatch.setenv("NEURON_COMPILE_DUMP_DIR", str(tmp_path))
+    _check_module_steps(make().train(), 2 * torch.randn(shape) + 1, F32, steps=1)
+    forward, backward = neuron_compile.metrics()
+    assert backward.kind == "backward" and not backward.fallback_ops
+    (graph,) = tmp_path.glob("*_backward_*/graph.fx.py")
+    assert f"torch.ops.aten.{op.__name__}" in graph.read_text()

@@ -5,8 +5,9 @@ inputs and rounded once, as eager PyTorch does. The training update follows eage
 ``new_running_mean = (1 - momentum) * running_mean + momentum * mean`` and
 ``new_running_var = (1 - momentum) * running_var + momentum * var * n / (n - 1)`` (unbiased).
 
-The backward needs no rule: AOTAutograd decomposes ``native_batch_norm_backward`` into
-elementwise ops and sums. The in-place forms (``native_batch_norm`` and
+The backward, ``native_batch_norm_backward``, is lowered whole where a target keeps it (the cpu
+target: tracing its decomposition cost more than the rest of a BatchNorm); others have
+AOTAutograd decompose it into elementwise ops and sums. The in-place forms (``native_batch_norm`` and
 ``_native_batch_norm_legit`` with running stats in training mode) would update the running stats
 by mutation, which a pure StableHLO function cannot express; functionalization turns them into
 ``_native_batch_norm_legit_functional`` before we see them, so their predicates reject only that
@@ -16,6 +17,7 @@ case, with a reason.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.fx as fx
@@ -24,7 +26,7 @@ from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
 from ..rules import floats
-from .reduction import moments
+from .reduction import moments, sum_
 
 aten = torch.ops.aten
 
@@ -225,3 +227,66 @@ def _lower_batch_norm_with_update_functional(
     new_var = _ema(ctx, running_var, _unbiased(ctx, x, var), momentum, 5)
     reserve = ctx.out_type(3)
     return (*outs, ctx.emit.full(0, reserve.shape, reserve.dtype), new_mean, new_var)
+
+
+@lowering(aten.native_batch_norm_backward.default, supports=floats)
+def lower_batch_norm_backward(
+    ctx: LoweringContext,
+    grad_out: Value,
+    x: Value,
+    weight: Value | None,
+    running_mean: Value | None,
+    running_var: Value | None,
+    save_mean: Value | None,
+    save_invstd: Value | None,
+    train: bool,
+    eps: float,
+    output_mask: Sequence[bool],
+) -> tuple[Value | None, Value | None, Value | None]:
+    """(grad_input, grad_weight, grad_bias), ``None`` where ``output_mask`` leaves one out: what
+    PyTorch's decomposition (``torch._decomp.decompositions.native_batch_norm_backward``)
+    computes, operation for operation in the same dtypes, for the targets that keep the op whole
+    (``Target.kept_ops``; the others trace that decomposition).
+
+    With ``g`` the grad, ``c = x - mean`` and sums over every dim but the channel's:
+    ``grad_input = ((g - c * (sum(g c) / n) * invstd^2) - sum(g) / n) * invstd * weight``
+    (eval: ``g * invstd * weight``, ``invstd = rsqrt(running_var + eps)``),
+    ``grad_weight = sum(g c) * invstd``, ``grad_bias = sum(g)``, all in the compute dtype."""
+    e = ctx.emit
+    acc = ctx.compute_dtype(x.dtype)
+    g, xf = e.convert(grad_out, acc), e.convert(x, acc)
+    dims = [d for d in range(x.rank) if d != 1]
+
+    def per_channel(v: Value) -> Value:
+        return e.broadcast_in_dim(v, x.shape, [1])
+
+    def times(a: Value, b: Value | float) -> Value:
+        return e.binary("multiply", a, b if isinstance(b, Value) else ctx.full_like(b, a))
+
+    if train:
+        mean, invstd = e.convert(save_mean, acc), e.convert(save_invstd, acc)
+    else:
+        mean = e.convert(running_mean, acc)
+        var = e.convert(running_var, acc)
+        invstd = e.unary("rsqrt", e.binary("add", var, ctx.full_like(eps, var)))
+    norm = 1.0 / (math.prod(x.shape) / x.shape[1])  # the decomposition's Python float
+    grad_sum = sum_(ctx, g, dims, False, acc)
+    centered = e.binary("subtract", xf, per_channel(mean))
+    dot_p = sum_(ctx, times(g, centered), dims, False, acc)
+    scale = invstd if weight is None else times(invstd, e.convert(weight, acc))
+    grad_input = grad_weight = grad_bias = None
+    if output_mask[0]:
+        if train:
+            proj_scale = times(times(dot_p, norm), times(invstd, invstd))
+            proj = times(centered, per_channel(proj_scale))
+            shifted = e.binary("subtract", e.binary("subtract", g, proj),
+                               per_channel(times(grad_sum, norm)))  # fmt: skip
+            grad_input = times(shifted, per_channel(scale))
+        else:
+            grad_input = times(g, per_channel(scale))
+        grad_input = e.convert(grad_input, ctx.out_type(0).dtype)
+    if output_mask[1]:
+        grad_weight = e.convert(times(dot_p, invstd), ctx.out_type(1).dtype)
+    if output_mask[2]:
+        grad_bias = e.convert(grad_sum, ctx.out_type(2).dtype)
+    return grad_input, grad_weight, grad_bias

@@ -5,6 +5,7 @@ All statistics are computed in float32 for low-precision inputs, as eager PyTorc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -12,7 +13,7 @@ import torch
 from ..context import LoweringContext
 from ..emit import Value
 from ..registry import lowering
-from ..rules import floats, minmax_init
+from ..rules import exact_divide, floats, minmax_init
 from .reduction import keep_dims, moments, sum_
 
 aten = torch.ops.aten
@@ -82,6 +83,61 @@ def _lower_native_layer_norm(
         e.convert(mean, ctx.out_type(1).dtype),
         e.convert(rstd, ctx.out_type(2).dtype),
     )
+
+
+@lowering(aten.native_layer_norm_backward.default, supports=floats)
+def _lower_native_layer_norm_backward(
+    ctx: LoweringContext,
+    grad_out: Value,
+    x: Value,
+    normalized_shape: Sequence[int],
+    mean: Value,
+    rstd: Value,
+    weight: Value | None,
+    bias: Value | None,
+    output_mask: Sequence[bool],
+) -> tuple[Value | None, Value | None, Value | None]:
+    """What PyTorch's decomposition (``torch._decomp.decompositions.native_layer_norm_backward``)
+    computes, operation for operation in the same dtypes, for the targets that keep the op whole
+    (``Target.kept_ops``): with ``x_hat = (x - mean) * rstd`` and ``gh = g * weight``,
+    ``d_input = rstd / N * (gh * N - sum(gh) - x_hat * sum(gh * x_hat))`` over the normalized
+    dims; ``d_weight = sum(g * x_hat)``, ``d_bias = sum(g)`` over the others."""
+    e = ctx.emit
+    acc = ctx.compute_dtype(x.dtype)
+    axis = x.rank - len(normalized_shape)
+    inner, outer = list(range(axis, x.rank)), list(range(axis))
+    n = math.prod(x.shape[axis:])
+    outs: list[Value | None] = [None, None, None]
+    if n == 0 or math.prod(x.shape[:axis]) == 0:
+        for i, wanted in enumerate(output_mask):
+            if wanted and (i == 0 or (weight, bias)[i - 1] is not None):
+                out = ctx.out_type(i)
+                outs[i] = e.full(0, out.shape, out.dtype)
+        return outs[0], outs[1], outs[2]
+    g, xf = e.convert(grad_out, acc), e.convert(x, acc)
+
+    def times(a: Value, b: Value) -> Value:
+        return e.binary("multiply", a, ctx.broadcast_to(b, a.shape))
+
+    rstd = e.convert(rstd, acc)
+    x_hat = times(e.binary("subtract", xf, ctx.broadcast_to(e.convert(mean, acc), xf.shape)), rstd)
+    grad_x_hat = g if weight is None else times(g, e.convert(weight, acc))
+    if output_mask[0]:
+        a = times(grad_x_hat, ctx.full_like(n, grad_x_hat))
+        b = sum_(ctx, grad_x_hat, inner, True, acc)
+        c2 = sum_(ctx, e.binary("multiply", grad_x_hat, x_hat), inner, True, acc)
+        c3 = times(x_hat, c2)
+        inner_term = e.binary("subtract", e.binary("subtract", a, ctx.broadcast_to(b, a.shape)), c3)
+        scale = exact_divide(ctx, rstd, ctx.full_like(n, rstd))
+        outs[0] = e.convert(times(inner_term, scale), ctx.out_type(0).dtype)
+    if output_mask[1] and weight is not None:
+        d_weight = e.binary("multiply", g, x_hat)
+        d_weight = sum_(ctx, d_weight, outer, False, acc) if outer else d_weight
+        outs[1] = e.convert(d_weight, ctx.out_type(1).dtype)
+    if output_mask[2] and bias is not None:
+        d_bias = sum_(ctx, g, outer, False, acc) if outer else g
+        outs[2] = e.convert(d_bias, ctx.out_type(2).dtype)
+    return outs[0], outs[1], outs[2]
 
 
 @lowering(aten.native_group_norm.default, supports=floats)
