@@ -4,7 +4,7 @@ The core (backend, compiler, lowering, passes, cache, runtime) never names a tar
 ``Target`` of the config for everything that differs between targets: which lowering forms win
 over the reference rules, which passes run, what to check before compiling, how to compile and
 what the graph runs on. In the base class every hook is a no-op, and the graph runs on XLA's CPU
-client; the ``cpu`` target is that, plus the ops its own forms lower whole (``CpuTarget``).
+client; the ``cpu`` target is that, plus the ATen ops it keeps whole (``CpuTarget``).
 
 Other targets are plugins, found through the ``neuron_compile.targets`` entry-point group (one
 entry per target name, ``pyproject.toml``); their package is imported only when one of them is
@@ -124,7 +124,7 @@ class Target:
 
 @dataclass(frozen=True)
 class CpuTarget(Target):
-    """The ``cpu`` target: the base hooks, and the ops its own forms lower whole."""
+    """The ``cpu`` target: the base hooks, and the ATen ops it keeps whole (``cpu/kept_ops.py``)."""
 
     def kept_ops(self) -> Iterable[Any]:
         from .cpu.kept_ops import KEPT_OPS

@@ -1,4 +1,4 @@
-"""Batch normalization forward (training and inference) for any input rank ``(N, C, *)``.
+"""Batch normalization (training and inference) for any input rank ``(N, C, *)``.
 
 Statistics, normalization and the running-stat update are computed in float32 for low-precision
 inputs and rounded once, as eager PyTorch does. The training update follows eager:
@@ -7,11 +7,11 @@ inputs and rounded once, as eager PyTorch does. The training update follows eage
 
 The backward, ``native_batch_norm_backward``, is lowered whole where a target keeps it (the cpu
 target: tracing its decomposition cost more than the rest of a BatchNorm); others have
-AOTAutograd decompose it into elementwise ops and sums. The in-place forms (``native_batch_norm`` and
-``_native_batch_norm_legit`` with running stats in training mode) would update the running stats
-by mutation, which a pure StableHLO function cannot express; functionalization turns them into
-``_native_batch_norm_legit_functional`` before we see them, so their predicates reject only that
-case, with a reason.
+AOTAutograd decompose it into elementwise ops and sums. The in-place forms
+(``native_batch_norm`` and ``_native_batch_norm_legit`` with running stats in training mode)
+would update the running stats by mutation, which a pure StableHLO function cannot express;
+functionalization turns them into ``_native_batch_norm_legit_functional`` before we see them, so
+their predicates reject only that case, with a reason.
 """
 
 from __future__ import annotations
@@ -230,7 +230,7 @@ def _lower_batch_norm_with_update_functional(
 
 
 @lowering(aten.native_batch_norm_backward.default, supports=floats)
-def lower_batch_norm_backward(
+def _lower_native_batch_norm_backward(
     ctx: LoweringContext,
     grad_out: Value,
     x: Value,

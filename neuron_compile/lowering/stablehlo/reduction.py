@@ -148,7 +148,7 @@ def wide_moments(
     size-1 dims, for ``var``/``std`` and their ``_mean`` forms.
 
     Eager computes these in double for float32 (and bf16/f16) inputs, so deviations up to
-    float32's largest value square without overflowing: ``std([1e20, -1e20, 3, 5])`` is 1.15e20
+    float32's largest value square without overflowing: ``std([1e20, -1e20, 3, 5])`` is 8.2e19
     and ``var_mean([3e38, 3e38, 1, 2])``'s mean 1.5e38. In float32 the squares (or the sum)
     overflowed to inf. Each slice is first scaled by a power of two that brings its largest
     magnitude into [1, 2): exact, and rounding commutes with it, so wherever the unscaled
