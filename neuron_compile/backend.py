@@ -22,7 +22,7 @@ import torch
 import torch.fx as fx
 
 from . import events, registration
-from .capture import decomposition_table, saving_random_ops
+from .capture import decomposition_table, dropping_ignored_inputs, saving_random_ops
 from .compiler import compile_graph
 from .config import NeuronConfig, load_config
 from .decompositions.functional import rewrite_functions
@@ -229,7 +229,7 @@ def compile_frame(
         # A backward compiles at loss.backward(), outside Dynamo: its errors need no disguise.
         return compile_one if kind == "backward" else _errors_read_first(compile_one)
 
-    partition_fn = saving_random_ops(default_partition)
+    partition_fn = saving_random_ops(dropping_ignored_inputs(default_partition))
     if get_target(cfg.target).saves_parameters_for_views:
         partition_fn = saving_parameters_for_views(partition_fn, example_inputs)
     partition_fn = partition_with_link(partition_fn)

@@ -5,6 +5,7 @@ batch-norm backward, which the cpu target lowers whole)."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -324,4 +325,9 @@ def test_norm_backward_is_lowered_whole_on_cpu_and_decomposed_for_trn(name, tmp_
     forward, backward = neuron_compile.metrics()
     assert backward.kind == "backward" and not backward.fallback_ops
     (graph,) = tmp_path.glob("*_backward_*/graph.fx.py")
-    assert f"torch.ops.aten.{op.__name__}" in graph.read_text()
+    text = graph.read_text()
+    assert f"torch.ops.aten.{op.__name__}" in text
+    # a training BatchNorm's backward reads the saved batch statistics, not the running ones
+    # (capture.dropping_ignored_inputs): they are not saved for it
+    ignored = r"native_batch_norm_backward\.default\(\w+, \w+, \w+, None, None, "
+    assert name != "batch_norm" or re.search(ignored, text)
