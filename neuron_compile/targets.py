@@ -154,7 +154,7 @@ def target_choices() -> tuple[str, ...]:
 def get_target(name: str) -> Target:
     """The ``Target`` named ``name``; KeyError for a name no installed target has."""
     if name == "cpu":
-        from .cpu import lowering, pooling  # noqa: F401  (register the cpu target's own forms)
+        from .cpu import lowering, pooling, scans  # noqa: F401  (the cpu target's own forms)
 
         return CPU
     entry = _entries(TARGET_GROUP).get(name)

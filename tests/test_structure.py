@@ -178,4 +178,6 @@ def test_ops_lists_the_trainium_kernel_forms():
         "aten.convolution_backward.default",
         "aten.max_pool2d_with_indices_backward.default",
         "aten.max_pool3d_with_indices_backward.default",
+        "aten.cumsum.default",
+        "aten.cumprod.default",
     }

@@ -226,3 +226,20 @@ def test_var_and_std_of_huge_deviations_do_not_overflow(dtype):
     actual, expected = _compiled(fn)(x), fn(x)
     assert torch.isfinite(actual[0][:2]).all()  # the rows whose float32 squares overflowed
     torch.testing.assert_close(actual, expected, equal_nan=True)
+
+
+def test_float32_scans_accumulate_in_float64_on_cpu_like_eager(tmp_path, monkeypatch):
+    # Eager's CPU cumsum/cumprod accumulate float32 in double: cumprod([1e30, 1e30, 0, 2]) is
+    # [1e30, inf, 0, 0] there (1e60 fits a double), where a float32 scan gave NaN after the inf
+    # (inf * 0); and cumsum rounded at every step where eager rounds once per output.
+    torch.manual_seed(0)
+    x = torch.tensor([1e30, 1e30, 0.0, 2.0, 1e30])
+    assert torch.equal(_compiled(lambda x: torch.cumprod(x, 0))(x), torch.cumprod(x, 0))
+    y = torch.randn(2, 1000)
+    assert torch.equal(_compiled(lambda y: torch.cumsum(y, 1))(y), torch.cumsum(y, 1))
+    # trn targets have no float64: their module keeps the float32 scan
+    monkeypatch.setenv("NEURON_COMPILE_DUMP_DIR", str(tmp_path))
+    torch._dynamo.reset()
+    torch.compile(lambda x: torch.cumprod(x, 0), backend="neuron", options={"target": "trn2"})(x)
+    (module,) = tmp_path.glob("*/module.stablehlo.mlir")
+    assert "stablehlo.multiply" in module.read_text() and "f64" not in module.read_text()

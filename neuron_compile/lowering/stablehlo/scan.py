@@ -41,10 +41,19 @@ def scan(
     return ctx.emit.reduce_window(xs, inits, window, [1] * x.rank, padding, body)
 
 
-def _accumulating(ctx: LoweringContext, x: Value, dim: int, combiner: str, init: int) -> Value:
+def accumulating_scan(
+    ctx: LoweringContext,
+    x: Value,
+    dim: int,
+    combiner: str,
+    init: int,
+    acc: torch.dtype | None = None,
+) -> Value:
+    """The inclusive ``combiner`` scan (``add``, ``multiply``) of ``x`` along ``dim``, read as the
+    result dtype and accumulated in ``acc`` (default: the result's compute dtype)."""
     e = ctx.emit
     out = ctx.out_dtype
-    acc = ctx.compute_dtype(out)
+    acc = acc or ctx.compute_dtype(out)
     if acc == torch.bool:  # only reachable with an explicit dtype=torch.bool
         acc = torch.int32
     src = accumulated(ctx, x, out, acc)
@@ -60,12 +69,12 @@ def _accumulating(ctx: LoweringContext, x: Value, dim: int, combiner: str, init:
 
 @lowering(aten.cumsum.default, supports=any_dtype)
 def _lower_cumsum(ctx: LoweringContext, x: Value, dim: int, **_: object) -> Value:
-    return _accumulating(ctx, x, dim, "add", 0)
+    return accumulating_scan(ctx, x, dim, "add", 0)
 
 
 @lowering(aten.cumprod.default, supports=any_dtype)
 def _lower_cumprod(ctx: LoweringContext, x: Value, dim: int, **_: object) -> Value:
-    return _accumulating(ctx, x, dim, "multiply", 1)
+    return accumulating_scan(ctx, x, dim, "multiply", 1)
 
 
 def _later_wins(ctx: LoweringContext, a: Value, b: Value, largest: bool) -> Value:
