@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from ..lowering.context import LoweringContext
+from ..lowering.context import LoweringContext, canonical_dtype
 from ..lowering.emit import Value
 from ..lowering.registry import lowering
 from ..lowering.stablehlo.scan import accumulating_scan
@@ -25,9 +25,9 @@ aten = torch.ops.aten
 
 
 def float_result(node: fx.Node) -> str | None:
-    """Support predicate: a float32 result (or float64, which runs as float32)."""
+    """Support predicate: a float32 result (after the 64-bit policy: float64 runs as float32)."""
     val = node.meta.get("val")
-    if isinstance(val, torch.Tensor) and val.dtype in (torch.float32, torch.float64):
+    if isinstance(val, torch.Tensor) and canonical_dtype(val.dtype) == torch.float32:
         return None
     return "only float32 results accumulate in float64 (eager's accumulator for float)"
 
